@@ -1,0 +1,1 @@
+//! The attachment (see SPEC.md §Attachment).

@@ -1,0 +1,50 @@
+//! The CLI surface: one file per command, each an argument struct (its doc comment is the help
+//! text) and a `run` that calls the library. No decisions are made here.
+
+pub mod attach;
+pub mod doctor;
+pub mod ledger;
+
+use clap::{Parser, Subcommand};
+
+use crate::env::Env;
+use crate::error::CliResult;
+
+/// A toolkit for container cells that take tasks from a shared findings ledger.
+#[derive(Debug, Parser)]
+#[command(name = "metabob-mcp", version, about, propagate_version = true)]
+pub struct Cli {
+    /// API key for the substrate; written into METABOB_API_KEY before any loader runs.
+    #[arg(long, global = true, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// Substrate endpoint; written into METABOB_ENDPOINT before any loader runs.
+    #[arg(long, global = true, value_name = "URL")]
+    pub endpoint: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the attachment once and print each hop; exit 0 only when attached and a read resolved.
+    Attach(attach::AttachArgs),
+    /// Diagnose configuration, network path and attachment.
+    Doctor(doctor::DoctorArgs),
+    /// The embedded ledger: discovery, identity and concept-db over SQLite.
+    Ledger(ledger::LedgerArgs),
+}
+
+pub async fn run(cli: Cli, mut env: Env) -> CliResult {
+    // Precedence step 1: flags become environment before the loaders read it.
+    if let Some(key) = cli.api_key {
+        env.set("METABOB_API_KEY", key);
+    }
+    if let Some(endpoint) = cli.endpoint {
+        env.set("METABOB_ENDPOINT", endpoint);
+    }
+    match cli.command {
+        Command::Attach(args) => attach::run(args, env).await,
+        Command::Doctor(args) => doctor::run(args, env).await,
+        Command::Ledger(args) => ledger::run(args, env).await,
+    }
+}

@@ -1,0 +1,1 @@
+//! Configuration lookup and precedence (see SPEC.md §Configuration).

@@ -1,0 +1,1 @@
+//! The embedded ledger (see SPEC.md §The embedded ledger).

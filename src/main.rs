@@ -1,0 +1,35 @@
+//! Thin entry: parse, dispatch, map errors to exit codes. Behaviour lives in the library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use metabob_mcp::commands::{self, Cli};
+use metabob_mcp::env::Env;
+use metabob_mcp::error::Exit;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_target(false)
+        .without_time()
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return Exit::Failure.into();
+        }
+    };
+    match runtime.block_on(commands::run(cli, Env::from_process())) {
+        Ok(exit) => exit.into(),
+        Err(err) => {
+            eprintln!("error: {err}");
+            err.exit.into()
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The one HTTP path (see SPEC.md §Network).

@@ -1,0 +1,3 @@
+//! The one integration-test binary. Each module drives the real binary against real parts.
+
+mod support;

@@ -1,0 +1,214 @@
+//! The hermetic test environment: its own HOME, TMPDIR and git config, no inherited
+//! substrate or proxy variables, and helpers to run the real binary and a real ledger.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_metabob-mcp");
+
+pub struct TestEnv {
+    pub root: tempfile::TempDir,
+    pub vars: Vec<(String, String)>,
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        let root = tempfile::Builder::new().prefix("mbtest-").tempdir().expect("temp dir");
+        let home = root.path().join("home");
+        let tmp = root.path().join("tmp");
+        let cwd = root.path().join("cwd");
+        for d in [&home, &tmp, &cwd] {
+            std::fs::create_dir_all(d).expect("create test dirs");
+        }
+        let gitconfig = home.join(".gitconfig");
+        std::fs::write(
+            &gitconfig,
+            "[user]\n\tname = Test\n\temail = test@example.invalid\n[init]\n\tdefaultBranch = main\n",
+        )
+        .expect("write gitconfig");
+        let path = std::env::var("PATH").unwrap_or_default();
+        let vars = vec![
+            ("PATH".into(), path),
+            ("HOME".into(), home.display().to_string()),
+            ("TMPDIR".into(), tmp.display().to_string()),
+            ("GIT_CONFIG_GLOBAL".into(), gitconfig.display().to_string()),
+            ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+            ("RUST_LOG".into(), "warn".into()),
+            // The OS store is not under test, and reading it costs time on every process.
+            ("METABOB_NO_SYSTEM_CA".into(), "1".into()),
+        ];
+        TestEnv { root, vars }
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+
+    pub fn cwd(&self) -> PathBuf {
+        self.root.path().join("cwd")
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.path().join(rel)
+    }
+
+    pub fn set(&mut self, k: &str, v: impl Into<String>) -> &mut Self {
+        self.vars.retain(|(n, _)| n != k);
+        self.vars.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn unset(&mut self, k: &str) -> &mut Self {
+        self.vars.retain(|(n, _)| n != k);
+        self
+    }
+
+    /// The binary with exactly this environment, run in the test's cwd.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.env_clear().envs(self.vars.iter().map(|(k, v)| (k, v))).current_dir(self.cwd()).args(args);
+        c.stdin(Stdio::null());
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        Output::from(self.cmd(args).output().expect("run metabob-mcp"))
+    }
+
+    /// Starts `ledger serve` on an ephemeral loopback port with its data under the test root.
+    pub fn ledger(&self, name: &str, extra: &[&str]) -> Ledger {
+        let data = self.root.path().join(format!("ledger-{name}"));
+        Ledger::start(self, data, extra)
+    }
+}
+
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<std::process::Output> for Output {
+    fn from(o: std::process::Output) -> Self {
+        Output {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+/// A running `ledger serve` process; killed on drop.
+pub struct Ledger {
+    pub child: Child,
+    pub url: String,
+    pub data: PathBuf,
+    args: Vec<String>,
+    vars: Vec<(String, String)>,
+    cwd: PathBuf,
+}
+
+impl Ledger {
+    fn start(env: &TestEnv, data: PathBuf, extra: &[&str]) -> Ledger {
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, url) = spawn_ledger(&env.vars, &env.cwd(), &data, "127.0.0.1:0", &args);
+        Ledger { child, url, data, args, vars: env.vars.clone(), cwd: env.cwd() }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("ledger url has a port")
+    }
+
+    /// `kill -9`, then a fresh process on the same data and port.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let listen = format!("127.0.0.1:{}", self.port());
+        let (child, url) = spawn_ledger(&self.vars, &self.cwd, &self.data, &listen, &self.args);
+        self.child = child;
+        self.url = url;
+    }
+
+    /// Creates a key with the offline admin command; returns (key_id, key).
+    pub fn create_key(&self, env: &TestEnv, org: &str, scopes: &str) -> (String, String) {
+        let data = self.data.display().to_string();
+        let out = env.run(&[
+            "ledger", "key", "create", "--data", &data, "--org", org, "--scopes", scopes, "--json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("key create --json");
+        (v["key_id"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
+    }
+}
+
+fn spawn_ledger(
+    vars: &[(String, String)],
+    cwd: &Path,
+    data: &Path,
+    listen: &str,
+    extra: &[String],
+) -> (Child, String) {
+    let data_s = data.display().to_string();
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .current_dir(cwd)
+        .args(["ledger", "serve", "--data", &data_s, "--listen", listen])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn ledger");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = tx.send(line);
+        }
+        // Keep draining so the ledger never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30)).expect("ledger printed its address");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in ledger's first line: {line}"))
+        .to_string();
+    (child, url)
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nothing listens on (bound, then released).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
