@@ -4,7 +4,7 @@
 //! in precedence order (flags, then environment, then the first config file that is ours) so
 //! that later readers see one settled set of variables.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -58,12 +58,19 @@ pub struct Config {
     pub vessel_id: Option<String>,
     /// Warnings raised while loading (already logged); kept for doctor's report.
     pub warnings: Vec<String>,
+    /// The file to create when none qualifies.
+    pub create_at: Option<PathBuf>,
 }
 
 impl Config {
     /// The last four characters of the key, the only part ever shown.
     pub fn key_hint(&self) -> Option<String> {
         self.api_key.as_deref().map(key_hint)
+    }
+
+    /// The one line naming the missing input, when the attachment cannot even start.
+    pub fn unattached_line(&self) -> Option<String> {
+        self.missing().map(|m| unattached_message(m, self.create_at.as_deref()))
     }
 
     /// The missing input, when the attachment cannot even start.
@@ -97,7 +104,7 @@ pub enum Missing {
 }
 
 /// The one message naming the missing input and the lookup order (anchor: unattached-message).
-pub fn unattached_message(missing: Missing, env: &Env) -> String {
+pub fn unattached_message(missing: Missing, create_at: Option<&Path>) -> String {
     let what = match missing {
         Missing::ApiKey => "no API key (METABOB_API_KEY, SUBSTRATE_API_KEY or metabob.apiKey)",
         Missing::Endpoint => {
@@ -105,7 +112,7 @@ pub fn unattached_message(missing: Missing, env: &Env) -> String {
              metabob.discoveryEndpoint)"
         }
     };
-    let create = home_config_path(env)
+    let create = create_at
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "~/.substrate/config.json".into());
     format!(
@@ -320,6 +327,7 @@ pub fn load(env: &mut Env) -> Config {
         identity_endpoint: env.get("IDENTITY_ENDPOINT").map(str::to_owned),
         vessel_id: env.get("VESSEL_ID").map(str::to_owned),
         warnings,
+        create_at: home_config_path(env),
     }
 }
 

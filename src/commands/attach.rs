@@ -1,19 +1,29 @@
 use clap::Args;
 
+use crate::attachment::check::{attach_check, render_text};
 use crate::env::Env;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, Exit};
 
-/// Run the attachment once, then one read through discovery; print each hop.
+/// Run the attachment once, as the server does, then one read through discovery; print each
+/// hop. Exit 0 only when attached and the read resolved. Writes nothing.
 #[derive(Debug, Args)]
 pub struct AttachArgs {
-    /// Check the attachment (the only mode).
-    #[arg(long)]
+    /// Check the attachment (required: it is the command's only mode).
+    #[arg(long, required = true)]
     pub check: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
-pub async fn run(_args: AttachArgs, _env: Env) -> CliResult {
-    Err(CliError::failure("attach --check: not built yet"))
+pub async fn run(args: AttachArgs, env: Env) -> CliResult {
+    let report = attach_check(env).await;
+    if args.json {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::failure(format!("cannot render the report as JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        print!("{}", render_text(&report));
+    }
+    Ok(if report.ok() { Exit::Ok } else { Exit::Failure })
 }

@@ -1,16 +1,37 @@
 use clap::Args;
 
+use crate::attachment::check::{attach_check, render_text};
 use crate::env::Env;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, Exit};
 
-/// Diagnose configuration, the network path and the attachment.
+/// Diagnose configuration, the network path and the attachment: the attach check plus the
+/// whole state object (warnings, proxy, TLS, each hop). Exit 0 only when attached.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
+    /// Print only the attach check's hops (same as `attach --check`).
+    #[arg(long)]
+    pub attach: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
-pub async fn run(_args: DoctorArgs, _env: Env) -> CliResult {
-    Err(CliError::failure("doctor: not built yet"))
+pub async fn run(args: DoctorArgs, env: Env) -> CliResult {
+    let report = attach_check(env).await;
+    if args.json {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::failure(format!("cannot render the report as JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        print!("{}", render_text(&report));
+        if !args.attach {
+            for w in &report.config.warnings {
+                println!("{:<10} {w}", "warning");
+            }
+            let state = serde_json::to_string_pretty(&report.state)
+                .map_err(|e| CliError::failure(format!("cannot render the state: {e}")))?;
+            println!("state\n{state}");
+        }
+    }
+    Ok(if report.ok() { Exit::Ok } else { Exit::Failure })
 }
