@@ -70,7 +70,8 @@ impl Config {
 
     /// The one line naming the missing input, when the attachment cannot even start.
     pub fn unattached_line(&self) -> Option<String> {
-        self.missing().map(|m| unattached_message(m, self.create_at.as_deref()))
+        self.missing()
+            .map(|m| unattached_message(m, self.create_at.as_deref()))
     }
 
     /// The missing input, when the attachment cannot even start.

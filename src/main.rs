@@ -1,5 +1,6 @@
 //! Thin entry: parse, dispatch, map errors to exit codes. Behaviour lives in the library.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -16,6 +17,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -27,7 +27,11 @@ pub async fn attach(config: &Config, net: &NetClient) -> AttachmentState {
             discovery: config.discovery.clone(),
             source: config.anchor_source.unwrap_or(AnchorSource::None),
         },
-        bootstrap: Bootstrap { status: BootstrapStatus::Skipped, identity_endpoint: None, detail: None },
+        bootstrap: Bootstrap {
+            status: BootstrapStatus::Skipped,
+            identity_endpoint: None,
+            detail: None,
+        },
         identity: Identity {
             endpoint: None,
             source: IdentitySource::None,
@@ -39,7 +43,7 @@ pub async fn attach(config: &Config, net: &NetClient) -> AttachmentState {
         message: None,
         advertised: "none",
         network: Network {
-            proxy: net.proxy_diagnosis(),
+            proxy: net.proxy_diagnosis().into(),
             anchor_route: None,
             cause: None,
             cause_line: None,
@@ -56,10 +60,13 @@ pub async fn attach(config: &Config, net: &NetClient) -> AttachmentState {
             state.network.cause = Some(n.token().to_string());
             state.network.cause_line = Some(n.to_string());
         }
+        // An anchor failure leaves the org check pending: it never ran.
         state.auth.status = match &cause {
             Cause::NotConfigured { .. } => AuthStatus::NotConfigured,
             Cause::KeyRejected { .. } => AuthStatus::KeyRejected,
-            _ => AuthStatus::IdentityUnreachable,
+            Cause::IdentityUnreachable { .. } => AuthStatus::IdentityUnreachable,
+            _ if state.identity.endpoint.is_some() => AuthStatus::IdentityUnreachable,
+            _ => AuthStatus::Pending,
         };
         state.message = Some(cause.to_string());
         state.cause = Some(cause);
@@ -74,7 +81,10 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
     if let (Some(missing), Some(line)) = (config.missing(), config.unattached_line()) {
         return Err(Cause::NotConfigured { missing, line });
     }
-    let key = config.api_key.as_deref().expect("missing() returned None, so a key is set");
+    let key = config
+        .api_key
+        .as_deref()
+        .expect("missing() returned None, so a key is set");
 
     // 1. Bootstrap, when there is an anchor. An explicit identity alone can still attach.
     let mut advertised = None;
@@ -96,7 +106,10 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
                 return Err(match e.cause {
                     NetCause::BlockedByPortal(detail) => {
                         state.bootstrap.status = BootstrapStatus::NotSubstrate;
-                        Cause::BlockedByPortal { url: discovery.clone(), detail }
+                        Cause::BlockedByPortal {
+                            url: discovery.clone(),
+                            detail,
+                        }
                     }
                     cause => anchor_err(discovery, cause),
                 });
@@ -125,8 +138,14 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
 
     // 3. Prove the key.
     let check = org_check(net, &identity, key).await.map_err(|e| match e {
-        OrgCheckError::Rejected(status) => Cause::KeyRejected { identity: identity.clone(), status },
-        OrgCheckError::Portal(detail) => Cause::BlockedByPortal { url: identity.clone(), detail },
+        OrgCheckError::Rejected(status) => Cause::KeyRejected {
+            identity: identity.clone(),
+            status,
+        },
+        OrgCheckError::Portal(detail) => Cause::BlockedByPortal {
+            url: identity.clone(),
+            detail,
+        },
         OrgCheckError::Net(n) => Cause::IdentityUnreachable {
             advertised: advertised.clone(),
             tried: state.identity.tried.clone(),
@@ -147,7 +166,11 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
 }
 
 fn anchor_err(discovery: &str, cause: NetCause) -> Cause {
-    Cause::AnchorUnreachable { discovery: discovery.to_string(), net: Some(cause), detail: None }
+    Cause::AnchorUnreachable {
+        discovery: discovery.to_string(),
+        net: Some(cause),
+        detail: None,
+    }
 }
 
 fn parse_endpoint(s: &str) -> Result<Url, NetCause> {
@@ -195,15 +218,19 @@ fn read_bootstrap(
         (status, None) if (400..500).contains(&status) && resp.route.via.is_some() => {
             let proxy = resp.route.via.clone().unwrap_or_default();
             state.bootstrap.status = BootstrapStatus::NotSubstrate;
-            state.bootstrap.detail =
-                Some(format!("HTTP {status}, not JSON, through the proxy {proxy}, which may have refused it"));
+            state.bootstrap.detail = Some(format!(
+                "HTTP {status}, not JSON, through the proxy {proxy}, which may have refused it"
+            ));
             Err(Cause::ProxyRefused { proxy, status })
         }
         (status, None) | (status @ 200..=299, Some(_)) => {
             let detail = format!("HTTP {status}, {}", describe_body(resp));
             state.bootstrap.status = BootstrapStatus::NotSubstrate;
             state.bootstrap.detail = Some(detail.clone());
-            Err(Cause::BlockedByPortal { url: discovery.to_string(), detail })
+            Err(Cause::BlockedByPortal {
+                url: discovery.to_string(),
+                detail,
+            })
         }
         (status, Some(_)) => {
             let detail = format!("answered HTTP {status}");
@@ -239,7 +266,9 @@ async fn choose_advertised(
     state.identity.tried.push(advertised.to_string());
     let dial_err = match Url::parse(advertised) {
         Ok(url) => {
-            let req = Request::get(url.join("/health")).budget(IDENTITY_DIAL_BUDGET).retry(Retry::Never);
+            let req = Request::get(url.join("/health"))
+                .budget(IDENTITY_DIAL_BUDGET)
+                .retry(Retry::Never);
             match net.send(req).await {
                 Ok(_) => {
                     state.identity.source = IdentitySource::Bootstrap;
@@ -250,7 +279,11 @@ async fn choose_advertised(
         }
         Err(_) => None,
     };
-    if let Some(rehosted) = config.discovery.as_deref().and_then(|d| rehost(advertised, d)) {
+    if let Some(rehosted) = config
+        .discovery
+        .as_deref()
+        .and_then(|d| rehost(advertised, d))
+    {
         tracing::warn!(
             "identity {advertised} advertised by /bootstrap does not answer; trying {rehosted} \
              on discovery's host (interim H1 rehost)"
@@ -292,7 +325,11 @@ pub enum OrgCheckError {
 
 /// Proves the key against identity in both forms (anchor: org-check). Through a proxy only the
 /// header goes: an inspecting proxy logs bodies where it masks the Authorization header.
-pub async fn org_check(net: &NetClient, identity: &str, key: &str) -> Result<OrgCheck, OrgCheckError> {
+pub async fn org_check(
+    net: &NetClient,
+    identity: &str,
+    key: &str,
+) -> Result<OrgCheck, OrgCheckError> {
     let url = Url::parse(identity)
         .map_err(|e| OrgCheckError::Net(NetCause::AnchorUnreachable(format!("{identity}: {e}"))))?
         .join("/v1/auth/resolve");
@@ -314,20 +351,35 @@ pub async fn org_check(net: &NetClient, identity: &str, key: &str) -> Result<Org
         return Err(OrgCheckError::Rejected(resp.status));
     }
     let Some(v) = resp.json().filter(|v| v.is_object() && !resp.is_html()) else {
-        return Err(OrgCheckError::Portal(format!("HTTP {}, {}", resp.status, describe_body(&resp))));
+        return Err(OrgCheckError::Portal(format!(
+            "HTTP {}, {}",
+            resp.status,
+            describe_body(&resp)
+        )));
     };
     if !(200..300).contains(&resp.status) {
-        return Err(OrgCheckError::Answer(format!("org check answered HTTP {}", resp.status)));
+        return Err(OrgCheckError::Answer(format!(
+            "org check answered HTTP {}",
+            resp.status
+        )));
     }
     let s = |a: &str, b: &str| {
-        v.get(a).or_else(|| v.get(b)).and_then(Value::as_str).map(str::to_owned)
+        v.get(a)
+            .or_else(|| v.get(b))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     };
     let org_id = s("orgId", "org_id");
     if org_id.is_none() {
-        return Err(OrgCheckError::Answer("org check answered without an org".into()));
+        return Err(OrgCheckError::Answer(
+            "org check answered without an org".into(),
+        ));
     }
     let scopes = v.get("scopes").and_then(Value::as_array).map(|a| {
-        a.iter().filter_map(Value::as_str).map(str::to_owned).collect::<Vec<_>>()
+        a.iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
     });
     Ok(OrgCheck {
         auth: Auth {
@@ -356,7 +408,13 @@ mod tests {
             rehost("http://substrate-live:8101", "http://hub.lan:26100").as_deref(),
             Some("http://hub.lan:26101")
         );
-        assert_eq!(rehost("http://id.example.com:8101", "http://hub.lan:26100"), None);
-        assert_eq!(rehost("http://127.0.0.1:9101", "http://127.0.0.1:18100"), None);
+        assert_eq!(
+            rehost("http://id.example.com:8101", "http://hub.lan:26100"),
+            None
+        );
+        assert_eq!(
+            rehost("http://127.0.0.1:9101", "http://127.0.0.1:18100"),
+            None
+        );
     }
 }

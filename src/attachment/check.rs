@@ -67,33 +67,39 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
     let state = attachment.attempt().await;
 
     let resolve = if state.attached() {
-        Some(match attachment.resolve(json!({ "type": CHECK_SHAPE })).await {
-            Ok(r) if (200..300).contains(&r.status) => {
-                let vessels = r.body.get("vessels").and_then(Value::as_array);
-                let shapes: usize = vessels
-                    .map(|vs| {
-                        vs.iter()
-                            .filter_map(|v| v.get("shapes").and_then(Value::as_array))
-                            .map(Vec::len)
-                            .sum()
-                    })
-                    .unwrap_or(0);
-                ResolveHop {
-                    shape: CHECK_SHAPE,
-                    ok: true,
-                    detail: format!(
-                        "{} vessel(s), {shapes} shape(s) advertised",
-                        vessels.map_or(0, Vec::len)
-                    ),
+        Some(
+            match attachment.resolve(json!({ "type": CHECK_SHAPE })).await {
+                Ok(r) if (200..300).contains(&r.status) => {
+                    let vessels = r.body.get("vessels").and_then(Value::as_array);
+                    let shapes: usize = vessels
+                        .map(|vs| {
+                            vs.iter()
+                                .filter_map(|v| v.get("shapes").and_then(Value::as_array))
+                                .map(Vec::len)
+                                .sum()
+                        })
+                        .unwrap_or(0);
+                    ResolveHop {
+                        shape: CHECK_SHAPE,
+                        ok: true,
+                        detail: format!(
+                            "{} vessel(s), {shapes} shape(s) advertised",
+                            vessels.map_or(0, Vec::len)
+                        ),
+                    }
                 }
-            }
-            Ok(r) => ResolveHop {
-                shape: CHECK_SHAPE,
-                ok: false,
-                detail: format!("discovery answered HTTP {}", r.status),
+                Ok(r) => ResolveHop {
+                    shape: CHECK_SHAPE,
+                    ok: false,
+                    detail: format!("discovery answered HTTP {}", r.status),
+                },
+                Err(e) => ResolveHop {
+                    shape: CHECK_SHAPE,
+                    ok: false,
+                    detail: e.to_string(),
+                },
             },
-            Err(e) => ResolveHop { shape: CHECK_SHAPE, ok: false, detail: e.to_string() },
-        })
+        )
     } else {
         None
     };
@@ -102,7 +108,10 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
     let diag = net.proxy_diagnosis();
     let tls = match (&state.network.tls, config.discovery.as_deref()) {
         (Some(t), _) if t.authorized => {
-            format!("verified ({})", t.issuer.as_deref().unwrap_or("issuer not reported"))
+            format!(
+                "verified ({})",
+                t.issuer.as_deref().unwrap_or("issuer not reported")
+            )
         }
         (Some(t), _) => format!(
             "not trusted: issued by {}",
@@ -115,7 +124,9 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
     let attached = state.attached();
     let result = match (&state.cause, &resolve) {
         (Some(c), _) => c.to_string(),
-        (None, Some(r)) if !r.ok => format!("attached, but the {CHECK_SHAPE} read failed: {}", r.detail),
+        (None, Some(r)) if !r.ok => {
+            format!("attached, but the {CHECK_SHAPE} read failed: {}", r.detail)
+        }
         _ => "attached".into(),
     };
     CheckReport {
@@ -123,7 +134,10 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
             file: config.file.as_ref().map(|p| p.display().to_string()),
             key: config.key_hint(),
             anchor: config.discovery.clone(),
-            source: config.anchor_source.map_or("none", |s| s.as_str()).to_string(),
+            source: config
+                .anchor_source
+                .map_or("none", |s| s.as_str())
+                .to_string(),
             identity_endpoint: config.identity_endpoint.clone(),
             warnings: config.warnings.clone(),
         },
@@ -142,7 +156,9 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
 }
 
 fn anchor_route(config: &Config, net: &NetClient) -> String {
-    let Some(d) = config.discovery.as_deref() else { return "no anchor".into() };
+    let Some(d) = config.discovery.as_deref() else {
+        return "no anchor".into();
+    };
     match Url::parse(d) {
         Ok(url) => match net.route_for(&url) {
             Ok(route) => route.to_string(),
@@ -164,7 +180,10 @@ pub fn render_text(r: &CheckReport) -> String {
         "config",
         &format!(
             "file {}; key {}; anchor {} ({})",
-            r.config.file.as_deref().unwrap_or("none (environment only)"),
+            r.config
+                .file
+                .as_deref()
+                .unwrap_or("none (environment only)"),
             r.config.key.as_deref().unwrap_or("not set"),
             r.config.anchor.as_deref().unwrap_or("none"),
             r.config.source
@@ -199,13 +218,19 @@ pub fn render_text(r: &CheckReport) -> String {
             "org {}; key {}; account {}; scopes {}",
             s.auth.org_id.as_deref().unwrap_or("?"),
             s.auth.key_id.as_deref().unwrap_or("not reported"),
-            s.auth.account_id.as_deref().or(s.auth.user_id.as_deref()).unwrap_or("not reported"),
+            s.auth
+                .account_id
+                .as_deref()
+                .or(s.auth.user_id.as_deref())
+                .unwrap_or("not reported"),
             s.auth
                 .scopes
                 .as_ref()
                 .map(|v| format!("[{}]", v.join(", ")))
                 .unwrap_or_else(|| "not reported by identity".into())
         )
+    } else if s.auth.status == super::AuthStatus::Pending {
+        "not run".into()
     } else {
         serde_name(&s.auth.status)
     };
@@ -221,5 +246,8 @@ pub fn render_text(r: &CheckReport) -> String {
 
 /// An enum's wire name, so the text report and the JSON use one vocabulary.
 fn serde_name<T: Serialize>(v: &T) -> String {
-    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }

@@ -40,9 +40,14 @@ impl ClientClaim {
             .unwrap_or_else(|| "metabob-mcp-unidentified".into());
         ClientClaim {
             operator,
-            session: env.get("SESSION_ID").map(str::to_owned).unwrap_or_else(uuid_v4),
+            session: env
+                .get("SESSION_ID")
+                .map(str::to_owned)
+                .unwrap_or_else(uuid_v4),
             client: crate::CLIENT.to_string(),
-            enabled: !env.get("METABOB_CLIENT_CLAIM").is_some_and(|v| v.eq_ignore_ascii_case("off")),
+            enabled: !env
+                .get("METABOB_CLIENT_CLAIM")
+                .is_some_and(|v| v.eq_ignore_ascii_case("off")),
         }
     }
 }

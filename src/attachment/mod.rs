@@ -9,7 +9,7 @@ pub mod resolve;
 pub mod state;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -56,6 +56,9 @@ struct Inner {
     /// When the current cause was first found, for the "found … ago" suffix.
     cause_since_ms: AtomicI64,
     last_by_family: Mutex<BTreeMap<&'static str, String>>,
+    /// Set for the long-running server, which logs each settled refusal once; one-shot
+    /// commands print the cause in their report instead.
+    long_running: AtomicBool,
 }
 
 impl Attachment {
@@ -71,6 +74,7 @@ impl Attachment {
                 last_attempt_ms: AtomicI64::new(0),
                 cause_since_ms: AtomicI64::new(0),
                 last_by_family: Mutex::new(BTreeMap::new()),
+                long_running: AtomicBool::new(false),
             }),
         }
     }
@@ -94,33 +98,52 @@ impl Attachment {
         let n = self.inner.attempts.fetch_add(1, Ordering::SeqCst) + 1;
         let state = attach(&self.inner.config, &self.inner.net).await;
         let previous = self.settled();
-        match (&state.cause, previous.as_ref().and_then(|p| p.cause.as_ref())) {
+        let log = self.inner.long_running.load(Ordering::SeqCst);
+        match (
+            &state.cause,
+            previous.as_ref().and_then(|p| p.cause.as_ref()),
+        ) {
             (Some(c), Some(p)) if c.token() == p.token() => {}
             (Some(c), _) => {
                 self.inner.cause_since_ms.store(now_ms(), Ordering::SeqCst);
-                tracing::warn!(
-                    "not attached ({}): {c}",
-                    if matches!(c, Cause::KeyRejected { .. }) {
-                        "identity requirement"
-                    } else {
-                        "fail-visibly requirement"
-                    }
-                );
+                if log {
+                    tracing::warn!(
+                        "not attached ({}): {c}",
+                        if matches!(c, Cause::KeyRejected { .. }) {
+                            "identity requirement"
+                        } else {
+                            "fail-visibly requirement"
+                        }
+                    );
+                }
             }
-            (None, Some(_)) if n > 1 => {
-                tracing::info!("Attached on attempt {n}, after: {}", previous.and_then(|p| p.message).unwrap_or_default());
+            (None, Some(_)) if n > 1 && log => {
+                tracing::info!(
+                    "Attached on attempt {n}, after: {}",
+                    previous.and_then(|p| p.message).unwrap_or_default()
+                );
             }
             _ => {}
         }
-        self.record_family("attachment", state.cause.as_ref().map(|c| c.token()).unwrap_or("ok"));
-        *self.inner.settled.write().expect("no writer panics while holding the lock") =
-            Some(state.clone());
+        self.record_family(
+            "attachment",
+            state.cause.as_ref().map(|c| c.token()).unwrap_or("ok"),
+        );
+        *self
+            .inner
+            .settled
+            .write()
+            .expect("no writer panics while holding the lock") = Some(state.clone());
         state
     }
 
     /// The last settled attempt, if any (never waits).
     pub fn settled(&self) -> Option<AttachmentState> {
-        self.inner.settled.read().expect("no writer panics while holding the lock").clone()
+        self.inner
+            .settled
+            .read()
+            .expect("no writer panics while holding the lock")
+            .clone()
     }
 
     /// The settled state, waiting for an attempt in flight; runs the first attempt if none has.
@@ -157,7 +180,11 @@ impl Attachment {
         if since == 0 || age < STALE_CAUSE_MS {
             return cause.to_string();
         }
-        let retrying = if cause.is_transient() { "; retrying" } else { "" };
+        let retrying = if cause.is_transient() {
+            "; retrying"
+        } else {
+            ""
+        };
         format!(
             "{cause} (found {} ago, at {}, after {} attempts{retrying})",
             human_age(age),
@@ -170,6 +197,7 @@ impl Attachment {
     /// schedule (anchor: reattach), then the heartbeat org check every five minutes.
     pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
+        this.inner.long_running.store(true, Ordering::SeqCst);
         tokio::spawn(async move {
             let mut failures = 0usize;
             loop {
@@ -197,10 +225,13 @@ impl Attachment {
     async fn heartbeat_until_lost(&self) -> Lost {
         loop {
             tokio::time::sleep(HEARTBEAT).await;
-            let Some(mut state) = self.settled() else { return Lost::Unreachable };
-            let (Some(identity), Some(key)) =
-                (state.identity.endpoint.clone(), self.inner.config.api_key.clone())
-            else {
+            let Some(mut state) = self.settled() else {
+                return Lost::Unreachable;
+            };
+            let (Some(identity), Some(key)) = (
+                state.identity.endpoint.clone(),
+                self.inner.config.api_key.clone(),
+            ) else {
                 return Lost::Unreachable;
             };
             let _running = self.inner.attempt.lock().await;
@@ -238,7 +269,11 @@ impl Attachment {
 
     /// The last outcome of the attachment and of each producer family.
     pub fn last_by_family(&self) -> BTreeMap<&'static str, String> {
-        self.inner.last_by_family.lock().expect("lock not poisoned").clone()
+        self.inner
+            .last_by_family
+            .lock()
+            .expect("lock not poisoned")
+            .clone()
     }
 }
 

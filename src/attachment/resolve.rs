@@ -104,7 +104,10 @@ impl Attachment {
             if let Some(scopes) = &state.auth.scopes
                 && !scopes.iter().any(|s| s == "write" || s == "admin")
             {
-                return Err(ResolveError::KeyReadOnly { scopes: scopes.join(", "), shape });
+                return Err(ResolveError::KeyReadOnly {
+                    scopes: scopes.join(", "),
+                    shape,
+                });
             }
             let claim = self.claim();
             if claim.enabled
@@ -152,8 +155,11 @@ impl Attachment {
             })?
             .join("/resolve");
         // Trace reads are not retried: the producer keeps running a query discovery cut.
-        let retries: &[Duration] =
-            if write || family == Family::Trace { &[] } else { &READ_RETRY_DELAYS };
+        let retries: &[Duration] = if write || family == Family::Trace {
+            &[]
+        } else {
+            &READ_RETRY_DELAYS
+        };
         let mut attempt = 0;
         loop {
             let req = Request::post_json(url.clone(), &json!({ "pointer": pointer }))
@@ -167,7 +173,10 @@ impl Attachment {
                         shape: shape.into(),
                         ms: family.cap().as_millis() as u64,
                     }),
-                    net => Err(ResolveError::Anchor { discovery: discovery.clone(), net }),
+                    net => Err(ResolveError::Anchor {
+                        discovery: discovery.clone(),
+                        net,
+                    }),
                 },
             };
             match outcome {
@@ -193,7 +202,10 @@ pub fn classify(shape: &str, status: u16, body: Option<Value>) -> Result<Resolve
         (502, Some("forward_failed")) => {
             if body.get("reason").and_then(Value::as_str) == Some("timeout") {
                 let ms = body.get("timeout_ms").and_then(Value::as_u64).unwrap_or(0);
-                Err(ResolveError::ProducerTimeout { shape: shape.into(), ms })
+                Err(ResolveError::ProducerTimeout {
+                    shape: shape.into(),
+                    ms,
+                })
             } else {
                 Err(ResolveError::ProducerUnreachable(shape.into()))
             }

@@ -11,15 +11,35 @@ use crate::net::{NetCause, ProxyDiagnosis};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Cause {
     /// The missing input, already phrased with the lookup order.
-    NotConfigured { missing: Missing, line: String },
+    NotConfigured {
+        missing: Missing,
+        line: String,
+    },
     /// Discovery did not answer `/bootstrap`; `net` is what the network did.
-    AnchorUnreachable { discovery: String, net: Option<NetCause>, detail: Option<String> },
+    AnchorUnreachable {
+        discovery: String,
+        net: Option<NetCause>,
+        detail: Option<String>,
+    },
     /// A portal, block page or other non-substrate answer where JSON was expected.
-    BlockedByPortal { url: String, detail: String },
+    BlockedByPortal {
+        url: String,
+        detail: String,
+    },
     /// `/bootstrap` through a proxy answered a non-JSON 4xx: the proxy itself may have refused.
-    ProxyRefused { proxy: String, status: u16 },
-    IdentityUnreachable { advertised: Option<String>, tried: Vec<String>, net: Option<NetCause> },
-    KeyRejected { identity: String, status: u16 },
+    ProxyRefused {
+        proxy: String,
+        status: u16,
+    },
+    IdentityUnreachable {
+        advertised: Option<String>,
+        tried: Vec<String>,
+        net: Option<NetCause>,
+    },
+    KeyRejected {
+        identity: String,
+        status: u16,
+    },
 }
 
 impl Cause {
@@ -59,8 +79,15 @@ impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Cause::NotConfigured { line, .. } => f.write_str(line),
-            Cause::AnchorUnreachable { discovery, net, detail } => {
-                write!(f, "anchor_unreachable: discovery {discovery} did not answer GET /bootstrap")?;
+            Cause::AnchorUnreachable {
+                discovery,
+                net,
+                detail,
+            } => {
+                write!(
+                    f,
+                    "anchor_unreachable: discovery {discovery} did not answer GET /bootstrap"
+                )?;
                 if let Some(n) = net {
                     write!(f, " — {n}")?;
                 } else if let Some(d) = detail {
@@ -79,7 +106,11 @@ impl fmt::Display for Cause {
                  {status}; the proxy itself may have refused it: allow the discovery host, or \
                  add it to NO_PROXY"
             ),
-            Cause::IdentityUnreachable { advertised, tried, net } => {
+            Cause::IdentityUnreachable {
+                advertised,
+                tried,
+                net,
+            } => {
                 write!(
                     f,
                     "identity_unreachable(advertised={}, tried=[{}]): no identity endpoint \
@@ -189,11 +220,29 @@ impl Auth {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Network {
-    pub proxy: ProxyDiagnosis,
+    pub proxy: ProxyReport,
     pub anchor_route: Option<String>,
     pub cause: Option<String>,
     pub cause_line: Option<String>,
     pub tls: Option<TlsReport>,
+}
+
+/// The proxies in force, credentials redacted.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProxyReport {
+    pub https_proxy: Option<String>,
+    pub http_proxy: Option<String>,
+    pub no_proxy: Vec<String>,
+}
+
+impl From<ProxyDiagnosis> for ProxyReport {
+    fn from(d: ProxyDiagnosis) -> Self {
+        ProxyReport {
+            https_proxy: d.https_proxy,
+            http_proxy: d.http_proxy,
+            no_proxy: d.no_proxy,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
