@@ -1,3 +1,5 @@
 //! The one integration-test binary. Each module drives the real binary against real parts.
 
 mod support;
+mod spec;
+mod attach;

@@ -238,3 +238,54 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// Makes output stable for snapshots: the test root, ports, ids and key tails.
+pub fn normalize(text: &str, env: &TestEnv) -> String {
+    let root = env.root.path().display().to_string();
+    let mut s = text.replace(&root, "[ROOT]");
+    for prefix in ["127.0.0.1:", "localhost:"] {
+        s = replace_after(&s, prefix, |c| c.is_ascii_digit(), "[PORT]");
+    }
+    for prefix in ["org_", "key_", "concept_"] {
+        s = replace_after(&s, prefix, |c| c.is_ascii_hexdigit(), "[ID]");
+    }
+    replace_after(&s, "…", |c| c.is_ascii_alphanumeric() || c == '_', "[KEY]")
+}
+
+fn replace_after(s: &str, prefix: &str, take: impl Fn(char) -> bool, with: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find(prefix) {
+        out.push_str(&rest[..i + prefix.len()]);
+        rest = &rest[i + prefix.len()..];
+        let n = rest.find(|c: char| !take(c)).unwrap_or(rest.len());
+        if n > 0 {
+            out.push_str(with);
+        }
+        rest = &rest[n..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A one-shot HTTP server on loopback answering every request with `status`, `content_type`
+/// and `body` (a portal, a block page, a wrong service). Returns its URL.
+pub fn static_http_server(status: u16, content_type: &'static str, body: &'static str) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 8192];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
