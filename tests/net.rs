@@ -101,6 +101,10 @@ enum Server {
     Close,
     /// Reads the request and never answers.
     Silent,
+    /// 503 to the first two requests, JSON after.
+    GatewayTwice,
+    /// Declares a body far beyond the client's cap.
+    Huge,
 }
 
 async fn serve(kind: Server) -> (u16, Log) {
@@ -118,6 +122,7 @@ async fn serve(kind: Server) -> (u16, Log) {
                     return;
                 };
                 log.lock().expect("log lock").push(seen.clone());
+                let served = log.lock().expect("log lock").len();
                 let answer = match kind {
                     Server::Json if seen.request_line().starts_with("POST /echo ") => {
                         http_response("200 OK", "application/json", &seen.body)
@@ -128,6 +133,15 @@ async fn serve(kind: Server) -> (u16, Log) {
                         "text/html",
                         b"<html><body>Sign in to the guest network</body></html>",
                     ),
+                    Server::GatewayTwice if served <= 2 => {
+                        http_response("503 Service Unavailable", "text/plain", b"busy")
+                    }
+                    Server::GatewayTwice => {
+                        http_response("200 OK", "application/json", br#"{"ok":true}"#)
+                    }
+                    Server::Huge => {
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n{".to_vec()
+                    }
                     Server::Close => return,
                     Server::Silent => {
                         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -154,6 +168,8 @@ enum Proxy {
     Garbage,
     /// 200 to CONNECT, then a page instead of a tunnel.
     PageAfter200,
+    /// CONNECT is never answered.
+    Silent,
     /// CONNECT is tunnelled to this loopback port, whatever host was asked for; an
     /// absolute-form request is answered by the proxy itself, so no name is ever resolved.
     Tunnel(u16),
@@ -185,6 +201,10 @@ async fn proxy(mode: Proxy) -> (u16, Log) {
                     (Proxy::Garbage, true) => b"SSH-2.0-OpenSSH_9.2\r\n\r\n".to_vec(),
                     (Proxy::PageAfter200, true) => {
                         b"HTTP/1.1 200 OK\r\n\r\n<html>Acceptable use policy</html>".to_vec()
+                    }
+                    (Proxy::Silent, true) => {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        return;
                     }
                     (Proxy::Tunnel(upstream), true) => {
                         let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)).await else {
@@ -474,6 +494,68 @@ async fn closed_port_is_connect_refused() {
     );
 }
 
+#[tokio::test]
+async fn gateway_answers_are_retried_only_when_asked() {
+    let (port, log) = serve(Server::GatewayTwice).await;
+    let target = url(&format!("http://127.0.0.1:{port}/bootstrap"));
+    let c = client(&[]);
+    let resp = c
+        .send(Request::get(target.clone()))
+        .await
+        .expect("an answer");
+    assert_eq!(
+        resp.status, 503,
+        "a plain read returns the gateway answer as it is"
+    );
+    assert_eq!(log.lock().expect("log lock").len(), 1);
+
+    let resp = c
+        .send(Request::get(target).retry(Retry::IdempotentAndGateway))
+        .await
+        .expect("an answer");
+    assert_eq!(resp.status, 200);
+    assert_eq!(log.lock().expect("log lock").len(), 3);
+}
+
+#[tokio::test]
+async fn oversized_body_is_refused() {
+    let (port, _) = serve(Server::Huge).await;
+    let err = client(&[])
+        .send(Request::get(url(&format!("http://127.0.0.1:{port}/"))))
+        .await
+        .expect_err("too large");
+    assert_eq!(
+        err.cause,
+        NetCause::AnchorUnreachable(format!("127.0.0.1:{port}"))
+    );
+}
+
+#[tokio::test]
+async fn silent_tunnel_or_handshake_is_connect_timeout() {
+    let (pport, _) = proxy(Proxy::Silent).await;
+    let p = format!("http://127.0.0.1:{pport}");
+    let c = client(&[("HTTPS_PROXY", &p), ("METABOB_CONNECT_TIMEOUT_MS", "300")]);
+    let err = c
+        .send(Request::get(url("https://ledger.example/")).budget(Duration::from_secs(10)))
+        .await
+        .expect_err("no tunnel");
+    assert_eq!(
+        err.cause,
+        NetCause::ConnectTimeout(format!("127.0.0.1:{pport}"))
+    );
+
+    // A listener that never speaks TLS: the handshake falls inside the connect budget too.
+    let (port, _) = serve(Server::Silent).await;
+    let err = c
+        .send(Request::get(url(&format!("https://127.0.0.1:{port}/"))))
+        .await
+        .expect_err("no handshake");
+    assert_eq!(
+        err.cause,
+        NetCause::ConnectTimeout(format!("127.0.0.1:{port}"))
+    );
+}
+
 // ---- TLS ----
 
 #[tokio::test]
@@ -553,9 +635,7 @@ async fn loopback_target_bypasses_proxy() {
     let p = format!("http://127.0.0.1:{pport}");
     let c = client(&[("HTTP_PROXY", &p), ("HTTPS_PROXY", &p)]);
     let resp = c
-        .send(Request::get(url(
-            &format!("http://localhost:{port}/ok").replace("localhost", "127.0.0.1")
-        )))
+        .send(Request::get(url(&format!("http://127.0.0.1:{port}/ok"))))
         .await
         .expect("direct answer");
     assert_eq!(resp.status, 200);
