@@ -55,7 +55,7 @@ pub enum Retry {
     IdempotentAndGateway,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Request {
     pub method: Method,
     pub url: Url,
@@ -64,6 +64,21 @@ pub struct Request {
     /// The response budget: the whole request, retries included.
     pub budget: Duration,
     pub retry: Retry,
+}
+
+// Header values carry API keys; a Request printed into a log must show only their names.
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("headers", &names)
+            .field("body_bytes", &self.body.as_ref().map(Vec::len))
+            .field("budget", &self.budget)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl Request {
