@@ -55,7 +55,7 @@ pub enum Retry {
     IdempotentAndGateway,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Request {
     pub method: Method,
     pub url: Url,
@@ -64,6 +64,21 @@ pub struct Request {
     /// The response budget: the whole request, retries included.
     pub budget: Duration,
     pub retry: Retry,
+}
+
+// Header values carry API keys; a Request printed into a log must show only their names.
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("headers", &names)
+            .field("body_bytes", &self.body.as_ref().map(Vec::len))
+            .field("budget", &self.budget)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl Request {
@@ -307,6 +322,14 @@ impl NetClient {
                 });
             }
         };
+        // A proxy asked for a plain-http target in absolute form answers 407 in place of the
+        // target; that answer is the proxy's, not the substrate's.
+        if let (Hop::Proxy(p), Scheme::Http, 407) = (hop, req.url.scheme, status) {
+            return Err(Failure::fatal(NetCause::ProxyAuthRequired {
+                schemes: auth_schemes(&headers),
+                had_credentials: p.has_credentials(),
+            }));
+        }
         Ok(Response {
             status,
             headers,
@@ -489,20 +512,12 @@ async fn open_tunnel(mut stream: BoxIo, target: &Url, proxy: &Url) -> Result<Box
         200..=299 => Err(Failure::fatal(NetCause::BlockedByPortal(format!(
             "the proxy accepted CONNECT {hp} and then sent a page of its own instead of a tunnel"
         )))),
-        407 => {
-            let mut schemes: Vec<String> = Vec::new();
-            for (_, v) in headers.iter().filter(|(k, _)| k == "proxy-authenticate") {
-                if let Some(s) = v.split_whitespace().next().map(|s| s.trim_end_matches(',')) {
-                    if !schemes.iter().any(|x| x.eq_ignore_ascii_case(s)) {
-                        schemes.push(s.to_string());
-                    }
-                }
-            }
-            Err(Failure::fatal(NetCause::ProxyAuthRequired {
-                schemes,
-                had_credentials: proxy.has_credentials(),
-            }))
-        }
+        // Only the proxy can answer CONNECT, so a 401 is its own too: tinyproxy 1.11 answers
+        // rejected credentials that way, with WWW-Authenticate instead of Proxy-Authenticate.
+        401 | 407 => Err(Failure::fatal(NetCause::ProxyAuthRequired {
+            schemes: auth_schemes(&headers),
+            had_credentials: proxy.has_credentials(),
+        })),
         403 | 405 if target.port != 443 => {
             Err(Failure::fatal(NetCause::ProxyPortBlocked(target.port)))
         }
@@ -523,6 +538,24 @@ async fn open_tunnel(mut stream: BoxIo, target: &Url, proxy: &Url) -> Result<Box
             }))
         }
     }
+}
+
+/// The scheme of each Proxy-Authenticate challenge, in the proxy's order, once each.
+fn auth_schemes(headers: &[(String, String)]) -> Vec<String> {
+    let mut schemes: Vec<String> = Vec::new();
+    let challenges = |name: &'static str| headers.iter().filter(move |(k, _)| k == name);
+    let mut list: Vec<_> = challenges("proxy-authenticate").collect();
+    if list.is_empty() {
+        list = challenges("www-authenticate").collect();
+    }
+    for (_, v) in list {
+        if let Some(s) = v.split_whitespace().next().map(|s| s.trim_end_matches(',')) {
+            if !schemes.iter().any(|x| x.eq_ignore_ascii_case(s)) {
+                schemes.push(s.to_string());
+            }
+        }
+    }
+    schemes
 }
 
 /// Aborts the connection task when the exchange ends, however it ends.

@@ -195,6 +195,7 @@ impl Url {
         self.username.is_some() || self.password.is_some()
     }
 
+    // anchor: redact-credentials
     /// The URL as it may appear in a log line or a report: credentials become `***`.
     pub fn redacted(&self) -> String {
         let creds = if self.has_credentials() { "***@" } else { "" };
