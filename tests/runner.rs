@@ -1,3 +1,4 @@
 //! The one integration-test binary. Each module drives the real binary against real parts.
 
+mod ledger;
 mod support;
