@@ -64,10 +64,8 @@ pub fn parse_producers(specs: &[String]) -> Result<BTreeMap<String, String>, Led
             .ok_or_else(|| {
                 LedgerError::Usage(format!("--producer {spec:?}: expected SHAPE=URL"))
             })?;
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(LedgerError::Usage(format!(
-                "--producer {spec:?}: the URL must start with http:// or https://"
-            )));
+        if let Err(e) = crate::net::Url::parse(url) {
+            return Err(LedgerError::Usage(format!("--producer {spec:?}: {e}")));
         }
         if LEDGER_SHAPES.contains(&shape) {
             return Err(LedgerError::Usage(format!(

@@ -1,1 +1,17 @@
-//! The one HTTP path (see SPEC.md §Network).
+//! The one HTTP path every substrate request takes (see SPEC.md §Network): proxy selection
+//! from the environment, trust, budgets and retries, and the named causes a failure carries.
+
+mod cause;
+mod client;
+mod proxy;
+mod tls;
+mod url;
+
+pub use cause::{NetCause, NetError};
+pub use client::{
+    DEFAULT_CONNECT_BUDGET, DEFAULT_RESPONSE_BUDGET, MAX_BODY_BYTES, Method, NetClient,
+    RETRY_DELAYS, Request, Response, Retry,
+};
+pub use proxy::{ProxyDiagnosis, Route, RouteReason};
+pub use tls::TlsInfo;
+pub use url::{Scheme, Url, UrlError};
