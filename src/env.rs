@@ -23,12 +23,18 @@ impl Env {
     }
 
     pub fn new(vars: impl IntoIterator<Item = (String, String)>, cwd: impl Into<PathBuf>) -> Self {
-        Env { vars: vars.into_iter().collect(), cwd: cwd.into() }
+        Env {
+            vars: vars.into_iter().collect(),
+            cwd: cwd.into(),
+        }
     }
 
     /// A variable's value; an empty value reads as unset, as every shell-facing tool treats it.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.vars.get(name).map(String::as_str).filter(|v| !v.is_empty())
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 
     pub fn is_set(&self, name: &str) -> bool {
@@ -61,6 +67,8 @@ impl Env {
     }
 
     pub fn home(&self) -> Option<PathBuf> {
-        self.get("HOME").or_else(|| self.get("USERPROFILE")).map(PathBuf::from)
+        self.get("HOME")
+            .or_else(|| self.get("USERPROFILE"))
+            .map(PathBuf::from)
     }
 }

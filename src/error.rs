@@ -27,10 +27,16 @@ pub struct CliError {
 
 impl CliError {
     pub fn failure(line: impl Into<String>) -> Self {
-        CliError { exit: Exit::Failure, line: line.into() }
+        CliError {
+            exit: Exit::Failure,
+            line: line.into(),
+        }
     }
     pub fn not_attached(line: impl Into<String>) -> Self {
-        CliError { exit: Exit::NotAttached, line: line.into() }
+        CliError {
+            exit: Exit::NotAttached,
+            line: line.into(),
+        }
     }
 }
 

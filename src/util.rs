@@ -5,7 +5,10 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// RFC 3339 with milliseconds, UTC.
@@ -23,7 +26,8 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
 /// `n` random bytes as lowercase hex.
 pub fn random_hex(n: usize) -> String {
     let mut buf = vec![0u8; n];
-    getrandom::fill(&mut buf).expect("the OS random source is available on every supported platform");
+    getrandom::fill(&mut buf)
+        .expect("the OS random source is available on every supported platform");
     hex(&buf)
 }
 
@@ -48,13 +52,23 @@ pub fn uuid_v4() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex(&b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// Writes a file so that a reader sees the old content or the new, never a torn one:
 /// temp file in the same directory, fsync, rename. `mode` applies on Unix.
 pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}",

@@ -17,7 +17,10 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub fn new() -> Self {
-        let root = tempfile::Builder::new().prefix("mbtest-").tempdir().expect("temp dir");
+        let root = tempfile::Builder::new()
+            .prefix("mbtest-")
+            .tempdir()
+            .expect("temp dir");
         let home = root.path().join("home");
         let tmp = root.path().join("tmp");
         let cwd = root.path().join("cwd");
@@ -70,7 +73,10 @@ impl TestEnv {
     /// The binary with exactly this environment, run in the test's cwd.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
-        c.env_clear().envs(self.vars.iter().map(|(k, v)| (k, v))).current_dir(self.cwd()).args(args);
+        c.env_clear()
+            .envs(self.vars.iter().map(|(k, v)| (k, v)))
+            .current_dir(self.cwd())
+            .args(args);
         c.stdin(Stdio::null());
         c
     }
@@ -104,7 +110,11 @@ impl From<std::process::Output> for Output {
 
 impl std::fmt::Debug for Output {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -122,11 +132,22 @@ impl Ledger {
     fn start(env: &TestEnv, data: PathBuf, extra: &[&str]) -> Ledger {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, url) = spawn_ledger(&env.vars, &env.cwd(), &data, "127.0.0.1:0", &args);
-        Ledger { child, url, data, args, vars: env.vars.clone(), cwd: env.cwd() }
+        Ledger {
+            child,
+            url,
+            data,
+            args,
+            vars: env.vars.clone(),
+            cwd: env.cwd(),
+        }
     }
 
     pub fn port(&self) -> u16 {
-        self.url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("ledger url has a port")
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("ledger url has a port")
     }
 
     /// `kill -9`, then a fresh process on the same data and port.
@@ -147,7 +168,10 @@ impl Ledger {
         ]);
         assert_eq!(out.code, 0, "{out:?}");
         let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("key create --json");
-        (v["key_id"].as_str().unwrap().to_string(), v["key"].as_str().unwrap().to_string())
+        (
+            v["key_id"].as_str().unwrap().to_string(),
+            v["key"].as_str().unwrap().to_string(),
+        )
     }
 }
 
@@ -180,7 +204,9 @@ fn spawn_ledger(
         // Keep draining so the ledger never blocks on a full pipe.
         for _ in lines {}
     });
-    let line = rx.recv_timeout(Duration::from_secs(30)).expect("ledger printed its address");
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("ledger printed its address");
     let url = line
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
