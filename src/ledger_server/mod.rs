@@ -16,7 +16,7 @@ pub mod routes;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -204,7 +204,7 @@ fn write_first_config(
     key: &str,
     public_url: &str,
 ) -> Result<Option<PathBuf>, LedgerError> {
-    if let Some(existing) = find_config_file(env) {
+    if let Some(existing) = crate::config::find_config_file(env) {
         tracing::info!(
             "client configuration exists at {}; not writing one",
             existing.display()
@@ -229,43 +229,4 @@ fn write_first_config(
         }
     })?;
     Ok(Some(path))
-}
-
-// TEMPORARY (until `crate::config::find_config_file` lands on main): the same lookup order, so the
-// first start never writes a configuration where the client would already find one.
-fn find_config_file(env: &Env) -> Option<PathBuf> {
-    let absolute = |p: &str| {
-        let p = Path::new(p);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            env.cwd().join(p)
-        }
-    };
-    for var in ["SUBSTRATE_CONFIG_PATH", "METABOB_CONFIG_PATH"] {
-        if let Some(p) = env.get(var) {
-            let p = absolute(p);
-            if p.exists() {
-                return Some(p);
-            }
-        }
-    }
-    let mut candidates = vec![
-        env.cwd().join(".substrate/config.json"),
-        env.cwd().join(".metabob/config.json"),
-    ];
-    if let Some(home) = env.home() {
-        candidates.push(home.join(".substrate/config.json"));
-        candidates.push(home.join(".metabob/config.json"));
-    }
-    candidates.into_iter().find(|p| {
-        std::fs::read_to_string(p)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| {
-                v.as_object()
-                    .map(|o| o.contains_key("metabob") || o.contains_key("instance"))
-            })
-            .unwrap_or(false)
-    })
 }
