@@ -75,7 +75,8 @@ impl Ledger {
         })
     }
 
-    /// One vessel per distinct producer URL, named in the order the URLs were first given.
+    /// One vessel per distinct producer URL, numbered in the order of the first shape (by name)
+    /// routed to each, so the ids are stable for the same command line.
     fn producer_vessels(&self) -> Vec<(String, Value)> {
         let mut by_url: Vec<(String, Vec<String>)> = Vec::new();
         for (shape, url) in &self.producers {
