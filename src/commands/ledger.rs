@@ -1,12 +1,181 @@
-use clap::Args;
+//! `metabob-mcp ledger …`: the embedded ledger and its API keys.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
 
 use crate::env::Env;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, Exit};
+use crate::ledger_server::{self, LedgerError, Revoked, ServeOptions};
 
-/// The embedded ledger.
+/// The embedded ledger: discovery, identity and concept-db over SQLite.
 #[derive(Debug, Args)]
-pub struct LedgerArgs {}
+pub struct LedgerArgs {
+    #[command(subcommand)]
+    pub command: LedgerCommand,
+}
 
-pub async fn run(_args: LedgerArgs, _env: Env) -> CliResult {
-    Err(CliError::failure("ledger: not built yet"))
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Serve the ledger over HTTP until SIGINT/SIGTERM; prints one stdout line with its address.
+    Serve(ServeArgs),
+    /// Create, list and revoke API keys (works beside a running server).
+    Key(KeyArgs),
+}
+
+/// Where the ledger keeps its SQLite file.
+#[derive(Debug, Args)]
+pub struct DataArg {
+    /// Data directory holding ledger.db [default: ~/.substrate/ledger]
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub data: DataArg,
+    /// Address to listen on; port 0 picks a free one (the stdout line names it)
+    #[arg(long, value_name = "ADDR", default_value = ledger_server::DEFAULT_LISTEN)]
+    pub listen: String,
+    /// URL /bootstrap advertises [default: http://<listen ip>:<bound port>, loopback for 0.0.0.0/::]
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+    /// Forward SHAPE to the producer at URL (POST {pointer}); repeatable
+    #[arg(long = "producer", value_name = "SHAPE=URL")]
+    pub producers: Vec<String>,
+    /// How long a producer may take to answer a forwarded pointer
+    #[arg(long, value_name = "N", default_value_t = ledger_server::DEFAULT_FORWARD_TIMEOUT_MS)]
+    pub forward_timeout_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    #[command(subcommand)]
+    pub command: KeyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Create a key (and its org when missing); the key is printed once and stored only hashed.
+    Create(KeyCreateArgs),
+    /// List keys: ids, org, scopes, label, creation and revocation; never the keys themselves.
+    List(KeyListArgs),
+    /// Revoke a key; a running server refuses it from its next request.
+    Revoke(KeyRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KeyCreateArgs {
+    #[command(flatten)]
+    pub data: DataArg,
+    /// Org the key belongs to; created when missing
+    #[arg(long, default_value = "default")]
+    pub org: String,
+    /// Comma-separated subset of read,write,admin
+    #[arg(long, default_value = "read,write")]
+    pub scopes: String,
+    /// Free-text label shown by `key list`
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
+    /// Print {key_id, key, org, org_id, scopes} as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyListArgs {
+    #[command(flatten)]
+    pub data: DataArg,
+    /// Print a JSON array
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyRevokeArgs {
+    /// The key id (key_…) from `key create` or `key list`
+    pub key_id: String,
+    #[command(flatten)]
+    pub data: DataArg,
+}
+
+fn fail(e: LedgerError) -> CliError {
+    CliError::failure(e.to_string())
+}
+
+fn data_dir(arg: DataArg, env: &Env) -> Result<PathBuf, CliError> {
+    match arg.data {
+        Some(d) => Ok(d),
+        None => ledger_server::default_data_dir(env).map_err(fail),
+    }
+}
+
+fn to_json(v: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(v).expect("key records always serialize")
+}
+
+pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
+    match args.command {
+        LedgerCommand::Serve(a) => {
+            let opts = ServeOptions {
+                data: data_dir(a.data, &env)?,
+                listen: a.listen,
+                public_url: a.public_url,
+                producers: a.producers,
+                forward_timeout_ms: a.forward_timeout_ms,
+            };
+            ledger_server::serve(opts, env).await.map_err(fail)?;
+        }
+        LedgerCommand::Key(KeyArgs {
+            command: KeyCommand::Create(a),
+        }) => {
+            let data = data_dir(a.data, &env)?;
+            let key = ledger_server::create_key(&data, &a.org, &a.scopes, a.label.as_deref())
+                .map_err(fail)?;
+            if a.json {
+                println!("{}", to_json(&key));
+            } else {
+                let scopes: Vec<_> = key.scopes.iter().map(|s| s.as_str()).collect();
+                println!("{}", key.key);
+                eprintln!(
+                    "created {} in org {} ({}) with scopes {}; the key above is shown once",
+                    key.key_id,
+                    key.org,
+                    key.org_id,
+                    scopes.join(",")
+                );
+            }
+        }
+        LedgerCommand::Key(KeyArgs {
+            command: KeyCommand::List(a),
+        }) => {
+            let keys = ledger_server::list_keys(&data_dir(a.data, &env)?).map_err(fail)?;
+            if a.json {
+                println!("{}", to_json(&keys));
+            } else {
+                for k in keys {
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}\t{}",
+                        k.key_id,
+                        k.org,
+                        k.scopes.join(","),
+                        k.created_at,
+                        if k.revoked { "revoked" } else { "active" },
+                        k.label.unwrap_or_default()
+                    );
+                }
+            }
+        }
+        LedgerCommand::Key(KeyArgs {
+            command: KeyCommand::Revoke(a),
+        }) => {
+            let data = data_dir(a.data, &env)?;
+            match ledger_server::revoke_key(&data, &a.key_id).map_err(fail)? {
+                Revoked::Now => eprintln!("revoked {}", a.key_id),
+                Revoked::Already => eprintln!("{} was already revoked", a.key_id),
+            }
+        }
+    }
+    Ok(Exit::Ok)
 }

@@ -1,1 +1,232 @@
-//! The embedded ledger (see SPEC.md §The embedded ledger).
+//! The embedded ledger (see SPEC.md §The embedded ledger): discovery, identity and concept-db in
+//! one process over one SQLite file.
+//!
+//! `serve` binds, opens the file, runs the first start, prints the one stdout line and serves
+//! until SIGINT/SIGTERM. The key commands (`keys`) open the same file directly.
+
+pub mod concepts;
+pub mod db;
+pub mod errors;
+pub mod forward;
+pub mod input;
+pub mod keys;
+pub mod resolve;
+pub mod routes;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+pub use errors::{ApiError, LedgerError};
+pub use keys::{CreatedKey, KeyInfo, Revoked, create_key, list_keys, revoke_key};
+
+use crate::env::Env;
+use db::Db;
+use keys::{DEFAULT_ORG, Scope, create_key_in, has_no_orgs};
+use resolve::{LEDGER_SHAPES, Ledger};
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:18100";
+pub const DEFAULT_FORWARD_TIMEOUT_MS: u64 = 30_000;
+
+/// What `ledger serve` was asked for.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub data: PathBuf,
+    pub listen: String,
+    pub public_url: Option<String>,
+    /// `SHAPE=URL` as given on the command line.
+    pub producers: Vec<String>,
+    pub forward_timeout_ms: u64,
+}
+
+/// `~/.substrate/ledger`, the data directory when `--data` is not given.
+pub fn default_data_dir(env: &Env) -> Result<PathBuf, LedgerError> {
+    Ok(env
+        .home()
+        .ok_or(LedgerError::NoHome)?
+        .join(".substrate")
+        .join("ledger"))
+}
+
+/// Parses the `--producer SHAPE=URL` list; a shape the ledger serves itself cannot be rerouted.
+// anchor: parse_producers
+pub fn parse_producers(specs: &[String]) -> Result<BTreeMap<String, String>, LedgerError> {
+    let mut map = BTreeMap::new();
+    for spec in specs {
+        let (shape, url) = spec
+            .split_once('=')
+            .map(|(s, u)| (s.trim(), u.trim()))
+            .filter(|(s, u)| !s.is_empty() && !u.is_empty())
+            .ok_or_else(|| {
+                LedgerError::Usage(format!("--producer {spec:?}: expected SHAPE=URL"))
+            })?;
+        if let Err(e) = crate::net::Url::parse(url) {
+            return Err(LedgerError::Usage(format!("--producer {spec:?}: {e}")));
+        }
+        if LEDGER_SHAPES.contains(&shape) {
+            return Err(LedgerError::Usage(format!(
+                "--producer {spec:?}: the ledger serves {shape} itself"
+            )));
+        }
+        if map.insert(shape.to_string(), url.to_string()).is_some() {
+            return Err(LedgerError::Usage(format!(
+                "--producer: {shape} is named twice"
+            )));
+        }
+    }
+    Ok(map)
+}
+
+/// What `/bootstrap` advertises by default: the bound address, dialable from this host.
+fn default_public_url(bound: SocketAddr) -> String {
+    let ip = match bound.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, bound.port()))
+}
+
+// anchor: serve
+pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
+    let producers = parse_producers(&opts.producers)?;
+    let listener = tokio::net::TcpListener::bind(&opts.listen)
+        .await
+        .map_err(|source| LedgerError::Bind {
+            addr: opts.listen.clone(),
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| LedgerError::Bind {
+        addr: opts.listen.clone(),
+        source,
+    })?;
+    let public_url = match &opts.public_url {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None => default_public_url(bound),
+    };
+
+    let data = opts.data.clone();
+    let db = tokio::task::spawn_blocking(move || Db::open(&data))
+        .await
+        .map_err(|e| LedgerError::Usage(format!("opening the ledger failed: {e}")))??;
+    {
+        let (db, env, url) = (db.clone(), env.clone(), public_url.clone());
+        tokio::task::spawn_blocking(move || first_start(&db, &env, &url))
+            .await
+            .map_err(|e| LedgerError::Usage(format!("first start failed: {e}")))??;
+    }
+
+    let ledger = Arc::new(Ledger {
+        db,
+        public_url,
+        producers,
+        forward_timeout: Duration::from_millis(opts.forward_timeout_ms),
+        resolves: AtomicU64::new(0),
+        forwarder: forward::Forwarder::from_env(&env),
+    });
+    // The one stdout line: scripts and tests read the bound address (so --listen :0 works) from it.
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "metabob-ledger listening on http://{bound}");
+        let _ = out.flush();
+    }
+    tracing::info!(data = %ledger.db.path().display(), "ledger serving");
+    axum::serve(listener, routes::router(ledger))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(LedgerError::Serve)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("ledger shutting down");
+}
+
+/// On a file with no org yet: org `default`, an admin key shown once, and (when the host has no
+/// configuration) `~/.substrate/config.json` pointing at this ledger, so clients attach with no flags.
+// anchor: first_start
+fn first_start(db: &Db, env: &Env, public_url: &str) -> Result<(), LedgerError> {
+    let created = db.with_writer(|w| -> rusqlite::Result<Option<CreatedKey>> {
+        if !has_no_orgs(&w.conn)? {
+            return Ok(None);
+        }
+        create_key_in(
+            &w.conn,
+            DEFAULT_ORG,
+            &[Scope::Read, Scope::Write, Scope::Admin],
+            Some("first-start admin"),
+        )
+        .map(Some)
+    })?;
+    let Some(key) = created else { return Ok(()) };
+    // Printed, not logged: the operator must see it whatever RUST_LOG says, and it is shown once.
+    eprintln!(
+        "metabob-ledger: first start: created org {} ({}) and admin key {}: {}",
+        key.org, key.org_id, key.key_id, key.key
+    );
+    eprintln!("metabob-ledger: this key is shown once; `metabob-mcp ledger key create` makes more");
+    match write_first_config(env, &key.key, public_url) {
+        Ok(Some(path)) => eprintln!(
+            "metabob-ledger: wrote {} (mode 0600) with this key and discovery endpoint {public_url}",
+            path.display()
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("could not write the client configuration: {e}"),
+    }
+    Ok(())
+}
+
+/// Writes the client configuration unless any configuration already exists; `None` when skipped.
+// anchor: write_first_config
+fn write_first_config(
+    env: &Env,
+    key: &str,
+    public_url: &str,
+) -> Result<Option<PathBuf>, LedgerError> {
+    if let Some(existing) = crate::config::find_config_file(env) {
+        tracing::info!(
+            "client configuration exists at {}; not writing one",
+            existing.display()
+        );
+        return Ok(None);
+    }
+    let Some(home) = env.home() else {
+        tracing::warn!("no HOME: not writing a client configuration");
+        return Ok(None);
+    };
+    let path = home.join(".substrate").join("config.json");
+    // Never overwrite: a file there that does not qualify as configuration is still someone's.
+    if path.exists() {
+        return Ok(None);
+    }
+    let body = serde_json::json!({ "metabob": { "apiKey": key, "discoveryEndpoint": public_url } });
+    let text = serde_json::to_string_pretty(&body).expect("a JSON value always serializes");
+    crate::util::write_atomic(&path, text.as_bytes(), Some(0o600)).map_err(|source| {
+        LedgerError::Io {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    Ok(Some(path))
+}

@@ -1,0 +1,729 @@
+//! concept-db: concepts, typed edges and usage outcomes, all scoped to one org.
+//!
+//! Every statement filters by `org_id`, so a key never sees another org's rows: a concept id of
+//! another org reads exactly like one that does not exist. Each request type parses its pointer
+//! first (`parse`, no I/O) and then runs on a connection (`run`, blocking).
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use serde_json::{Map, Value, json};
+
+use super::db::Writer;
+use super::errors::ApiError;
+use super::input::Fields;
+use crate::util::{random_hex, rfc3339_ms};
+
+pub const EDGE_TYPES: &[&str] = &[
+    "related_to",
+    "derived_from",
+    "resolves_to",
+    "sequence_next",
+    "sequence_prev",
+    "description_of",
+    "example_of",
+    "contradicts",
+];
+
+/// Upper bound on `limit` for searches, graphs and sequences.
+pub const MAX_LIMIT: i64 = 1000;
+pub const DEFAULT_LIMIT: i64 = 10;
+/// Upper bound on `GET /concepts/:id/usage?limit=`.
+pub const MAX_USAGE_LIMIT: i64 = 50;
+/// How far a repeated link moves the edge's weight toward the new observation.
+pub const EMA_ALPHA: f64 = 0.3;
+pub const DEFAULT_PRIORITY: f64 = 0.5;
+pub const DEFAULT_NEW_EDGE_WEIGHT: f64 = 0.5;
+/// The observation a repeated link without a weight counts as.
+pub const DEFAULT_REPEAT_WEIGHT: f64 = 1.0;
+
+/// The plain form of a concept id: accepts `concept_…`, `concept:concept_…` and `⟨concept_…⟩`.
+// anchor: plain_concept_id
+pub fn plain_concept_id(raw: &str) -> String {
+    let mut s = raw.trim();
+    if let Some(inner) = s.strip_prefix('⟨').and_then(|r| r.strip_suffix('⟩')) {
+        s = inner.trim();
+    }
+    if let Some(rest) = s.strip_prefix("concept:") {
+        s = rest.trim();
+    }
+    s.to_string()
+}
+
+/// Bayesian posterior mean of "this concept helps", with a uniform prior: 0.5 before any use.
+// anchor: relevance
+pub fn relevance(succeeded: i64, loaded: i64) -> f64 {
+    (succeeded as f64 + 1.0) / (loaded as f64 + 2.0)
+}
+
+/// The same formula in SQL, for filtering and ordering.
+const RELEVANCE_SQL: &str = "((c.times_succeeded + 1.0) / (c.times_loaded + 2.0))";
+
+const CONCEPT_COLS: &str = "c.seq, c.id, c.shape, c.source_type, c.summary, c.content, c.pointer, c.budget, \
+     c.priority, c.times_loaded, c.times_succeeded, c.times_failed, c.created_at, c.updated_at, c.client_claim";
+
+fn parse_json_text(text: Option<String>) -> Option<Value> {
+    text.and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// The concept object every shape answers with.
+// anchor: concept_json
+fn concept_json(r: &Row<'_>) -> rusqlite::Result<Value> {
+    let loaded: i64 = r.get(9)?;
+    let succeeded: i64 = r.get(10)?;
+    let mut obj = json!({
+        "id": r.get::<_, String>(1)?,
+        "shape": r.get::<_, String>(2)?,
+        "source_type": r.get::<_, String>(3)?,
+        "summary": r.get::<_, String>(4)?,
+        "content": r.get::<_, String>(5)?,
+        "pointer": parse_json_text(r.get(6)?).unwrap_or(Value::Null),
+        "budget": r.get::<_, Option<i64>>(7)?,
+        "priority": r.get::<_, f64>(8)?,
+        "relevance": relevance(succeeded, loaded),
+        "times_loaded": loaded,
+        "times_succeeded": succeeded,
+        "times_failed": r.get::<_, i64>(11)?,
+        "created_at": rfc3339_ms(r.get(12)?),
+        "updated_at": rfc3339_ms(r.get(13)?),
+        "seq": r.get::<_, i64>(0)?,
+    });
+    if let Some(claim) = parse_json_text(r.get(14)?) {
+        obj["client_claim"] = claim;
+    }
+    Ok(obj)
+}
+
+const EDGE_COLS: &str = "e.id, e.from_id, e.to_id, e.edge_type, e.weight, e.traversal_count, e.description, \
+     e.created_at, e.updated_at, e.client_claim, e.seq";
+
+struct EdgeRow {
+    json: Value,
+    from_id: String,
+    to_id: String,
+    weight: f64,
+    traversal_count: i64,
+    seq: i64,
+}
+
+fn edge_row(r: &Row<'_>) -> rusqlite::Result<EdgeRow> {
+    let from_id: String = r.get(1)?;
+    let to_id: String = r.get(2)?;
+    let weight: f64 = r.get(4)?;
+    let traversal_count: i64 = r.get(5)?;
+    let mut json = json!({
+        "id": r.get::<_, String>(0)?,
+        "from_concept_id": from_id,
+        "to_concept_id": to_id,
+        "edge_type": r.get::<_, String>(3)?,
+        "weight": weight,
+        "traversal_count": traversal_count,
+        "description": r.get::<_, Option<String>>(6)?,
+        "created_at": rfc3339_ms(r.get(7)?),
+        "updated_at": rfc3339_ms(r.get(8)?),
+    });
+    if let Some(claim) = parse_json_text(r.get(9)?) {
+        json["client_claim"] = claim;
+    }
+    Ok(EdgeRow {
+        json,
+        from_id,
+        to_id,
+        weight,
+        traversal_count,
+        seq: r.get(10)?,
+    })
+}
+
+/// The concept `id` in `org`, or `concept_not_found`.
+pub fn load_concept(conn: &Connection, org: &str, id: &str) -> Result<Value, ApiError> {
+    conn.query_row(
+        &format!("SELECT {CONCEPT_COLS} FROM concepts c WHERE c.org_id = ?1 AND c.id = ?2"),
+        params![org, id],
+        concept_json,
+    )
+    .optional()?
+    .ok_or_else(|| ApiError::ConceptNotFound(id.to_string()))
+}
+
+fn claim_text(claim: Option<&Value>) -> Option<String> {
+    claim.map(Value::to_string)
+}
+
+fn limit_field(p: &Fields<'_>, max: i64) -> Result<i64, ApiError> {
+    Ok(p.opt_i64_in("limit", 1, max)?.unwrap_or(DEFAULT_LIMIT))
+}
+
+fn concept_id_field(p: &Fields<'_>, name: &str) -> Result<String, ApiError> {
+    Ok(plain_concept_id(p.req_str(name)?))
+}
+
+// ---------------------------------------------------------------------------------------------
+// concept_create_write
+
+pub struct CreateConcept {
+    content: String,
+    shape: String,
+    source_type: String,
+    summary: String,
+    pointer: Value,
+    budget: Option<i64>,
+    priority: f64,
+    claim: Option<String>,
+}
+
+impl CreateConcept {
+    pub fn parse(p: &Fields<'_>, claim: Option<&Value>) -> Result<Self, ApiError> {
+        let d = p.req_obj("conceptData")?;
+        let shape = d.req_str("shape")?.to_string();
+        let pointer = match d.opt_obj("pointer")? {
+            Some(m) => Value::Object(m.clone()),
+            None => json!({ "type": shape }),
+        };
+        Ok(CreateConcept {
+            content: d.req_str("content")?.to_string(),
+            source_type: d.req_str("source_type")?.to_string(),
+            summary: d.opt_str("summary")?.unwrap_or("").to_string(),
+            pointer,
+            budget: d.opt_i64_in("budget", 0, i64::MAX)?,
+            priority: d
+                .opt_f64_in("priority", 0.0, 1.0)?
+                .unwrap_or(DEFAULT_PRIORITY),
+            shape,
+            claim: claim_text(claim),
+        })
+    }
+
+    // anchor: create-concept
+    pub fn run(self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
+        let now = w.tick();
+        let id = format!("concept_{}", random_hex(12));
+        let tx = w.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer, budget, priority,
+                                   created_at, updated_at, client_claim)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
+            params![
+                id,
+                org,
+                self.shape,
+                self.source_type,
+                self.summary,
+                self.content,
+                self.pointer.to_string(),
+                self.budget,
+                self.priority,
+                now,
+                self.claim
+            ],
+        )?;
+        let concept = load_concept(&tx, org, &id)?;
+        tx.commit()?;
+        Ok(json!({ "concept": concept }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// conceptSearch
+
+pub struct Search {
+    shape: Option<String>,
+    source_type: Option<String>,
+    query: Option<String>,
+    min_relevance: Option<f64>,
+    limit: i64,
+    offset: i64,
+}
+
+/// Turns arbitrary text into an FTS5 expression that cannot be a syntax error: each word becomes
+/// a quoted phrase, and any phrase may match. `None` when nothing searchable remains.
+// anchor: fts_query
+pub fn fts_query(text: &str) -> Option<String> {
+    let terms: Vec<String> = text
+        .split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .collect();
+    (!terms.is_empty()).then(|| terms.join(" OR "))
+}
+
+impl Search {
+    pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
+        Ok(Search {
+            shape: p.opt_str("shape")?.map(str::to_string),
+            source_type: p.opt_str("source_type")?.map(str::to_string),
+            query: p
+                .opt_str("query")?
+                .filter(|q| !q.trim().is_empty())
+                .map(str::to_string),
+            min_relevance: p.opt_f64_in("min_relevance", 0.0, 1.0)?,
+            limit: limit_field(p, MAX_LIMIT)?,
+            offset: p.opt_i64_in("offset", 0, i64::MAX)?.unwrap_or(0),
+        })
+    }
+
+    // anchor: concept-search
+    pub fn run(self, conn: &Connection, org: &str) -> Result<Value, ApiError> {
+        let mode = if self.query.is_some() {
+            "query"
+        } else {
+            "list"
+        };
+        let mut clauses = vec!["c.org_id = ?".to_string()];
+        let mut args: Vec<SqlValue> = vec![org.to_string().into()];
+        if let Some(shape) = self.shape {
+            clauses.push("c.shape = ?".into());
+            args.push(shape.into());
+        }
+        if let Some(st) = self.source_type {
+            clauses.push("c.source_type = ?".into());
+            args.push(st.into());
+        }
+        if let Some(min) = self.min_relevance {
+            clauses.push(format!("{RELEVANCE_SQL} >= ?"));
+            args.push(min.into());
+        }
+        if let Some(q) = &self.query {
+            match fts_query(q) {
+                Some(expr) => {
+                    clauses.push(
+                        "c.seq IN (SELECT rowid FROM concepts_fts WHERE concepts_fts MATCH ?)"
+                            .into(),
+                    );
+                    args.push(expr.into());
+                }
+                // Only punctuation: nothing can match, and that is an answer, not an error.
+                None => clauses.push("0".into()),
+            }
+        }
+        let filter = clauses.join(" AND ");
+        let total: i64 = conn.query_row(
+            &format!("SELECT count(*) FROM concepts c WHERE {filter}"),
+            params_from_iter(args.iter()),
+            |r| r.get(0),
+        )?;
+        args.push(self.limit.into());
+        args.push(self.offset.into());
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {CONCEPT_COLS} FROM concepts c WHERE {filter}
+             ORDER BY {RELEVANCE_SQL} DESC, c.seq DESC LIMIT ? OFFSET ?"
+        ))?;
+        let concepts = stmt
+            .query_map(params_from_iter(args.iter()), concept_json)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(json!({
+            "mode": mode,
+            "concepts": concepts,
+            "total": total,
+            "limit": self.limit,
+            "offset": self.offset,
+        }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// conceptGraph
+
+pub struct Graph {
+    concept_id: String,
+    direction: &'static str,
+    edge_types: Vec<String>,
+    limit: i64,
+}
+
+fn edges_touching(
+    conn: &Connection,
+    org: &str,
+    column: &str,
+    id: &str,
+    edge_types: &[String],
+    limit: i64,
+) -> Result<Vec<EdgeRow>, ApiError> {
+    let mut sql = format!("SELECT {EDGE_COLS} FROM edges e WHERE e.org_id = ? AND e.{column} = ?");
+    let mut args: Vec<SqlValue> = vec![org.to_string().into(), id.to_string().into()];
+    if !edge_types.is_empty() {
+        sql.push_str(&format!(
+            " AND e.edge_type IN ({})",
+            vec!["?"; edge_types.len()].join(", ")
+        ));
+        args.extend(edge_types.iter().map(|t| SqlValue::from(t.clone())));
+    }
+    sql.push_str(" ORDER BY e.seq DESC LIMIT ?");
+    args.push(limit.into());
+    let mut stmt = conn.prepare(&sql)?;
+    Ok(stmt
+        .query_map(params_from_iter(args.iter()), edge_row)?
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+impl Graph {
+    pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
+        let edge_types = p.opt_str_list("edge_types")?.unwrap_or_default();
+        if let Some(bad) = edge_types
+            .iter()
+            .find(|t| !EDGE_TYPES.contains(&t.as_str()))
+        {
+            return Err(ApiError::bad(format!(
+                "edge_types: unknown edge type {bad:?}"
+            )));
+        }
+        Ok(Graph {
+            concept_id: concept_id_field(p, "concept_id")?,
+            direction: p.opt_enum("direction", &["outgoing", "incoming", "both"], "both")?,
+            edge_types,
+            limit: limit_field(p, MAX_LIMIT)?,
+        })
+    }
+
+    // anchor: concept-graph
+    pub fn run(self, conn: &Connection, org: &str) -> Result<Value, ApiError> {
+        let root = load_concept(conn, org, &self.concept_id)?;
+        let mut found: Vec<(&str, EdgeRow)> = Vec::new();
+        if self.direction != "incoming" {
+            let rows = edges_touching(
+                conn,
+                org,
+                "from_id",
+                &self.concept_id,
+                &self.edge_types,
+                self.limit,
+            )?;
+            found.extend(rows.into_iter().map(|e| ("outgoing", e)));
+        }
+        if self.direction != "outgoing" {
+            let rows = edges_touching(
+                conn,
+                org,
+                "to_id",
+                &self.concept_id,
+                &self.edge_types,
+                self.limit,
+            )?;
+            found.extend(rows.into_iter().map(|e| ("incoming", e)));
+        }
+        found.sort_by_key(|(_, e)| std::cmp::Reverse(e.seq));
+        found.truncate(self.limit as usize);
+        let mut edges = Vec::with_capacity(found.len());
+        for (direction, e) in found {
+            let other = if direction == "outgoing" {
+                &e.to_id
+            } else {
+                &e.from_id
+            };
+            let neighbor = load_concept(conn, org, other)?;
+            edges.push(json!({ "direction": direction, "edge": e.json, "neighbor": neighbor }));
+        }
+        Ok(json!({ "root": root, "edges": edges }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// conceptLink_write
+
+pub struct Link {
+    from: String,
+    to: String,
+    edge_type: &'static str,
+    description: Option<String>,
+    weight: Option<f64>,
+    claim: Option<String>,
+}
+
+/// What a link write did: the status differs between a new edge and an upsert.
+pub struct Linked {
+    pub created: bool,
+    pub body: Value,
+}
+
+impl Link {
+    pub fn parse(p: &Fields<'_>, claim: Option<&Value>) -> Result<Self, ApiError> {
+        let d = p.req_obj("linkData")?;
+        Ok(Link {
+            from: concept_id_field(&d, "from_concept_id")?,
+            to: concept_id_field(&d, "to_concept_id")?,
+            edge_type: d.req_enum("edge_type", EDGE_TYPES)?,
+            description: d.opt_str("description")?.map(str::to_string),
+            weight: d.opt_f64_in("weight", 0.0, 1.0)?,
+            claim: claim_text(claim),
+        })
+    }
+
+    // anchor: link-upsert
+    pub fn run(self, w: &mut Writer, org: &str) -> Result<Linked, ApiError> {
+        let now = w.tick();
+        let tx = w.conn.transaction()?;
+        for id in [&self.from, &self.to] {
+            load_concept(&tx, org, id)?;
+        }
+        let existing: Option<(String, f64)> = tx
+            .query_row(
+                "SELECT id, weight FROM edges WHERE org_id = ?1 AND from_id = ?2 AND to_id = ?3 AND edge_type = ?4",
+                params![org, self.from, self.to, self.edge_type],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let (edge_id, previous) = match existing {
+            None => {
+                let id = format!("edge_{}", random_hex(12));
+                tx.execute(
+                    "INSERT INTO edges (id, org_id, from_id, to_id, edge_type, weight, traversal_count, description,
+                                        created_at, updated_at, client_claim)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?8, ?9)",
+                    params![
+                        id,
+                        org,
+                        self.from,
+                        self.to,
+                        self.edge_type,
+                        self.weight.unwrap_or(DEFAULT_NEW_EDGE_WEIGHT),
+                        self.description,
+                        now,
+                        self.claim
+                    ],
+                )?;
+                (id, None)
+            }
+            Some((id, old)) => {
+                let observed = self.weight.unwrap_or(DEFAULT_REPEAT_WEIGHT);
+                let weight = old + EMA_ALPHA * (observed - old);
+                tx.execute(
+                    "UPDATE edges SET weight = ?2, traversal_count = traversal_count + 1,
+                         description = coalesce(?3, description), updated_at = ?4,
+                         client_claim = coalesce(?5, client_claim)
+                     WHERE id = ?1",
+                    params![id, weight, self.description, now, self.claim],
+                )?;
+                (id, Some(old))
+            }
+        };
+        let edge = tx.query_row(
+            &format!("SELECT {EDGE_COLS} FROM edges e WHERE e.id = ?1"),
+            [&edge_id],
+            edge_row,
+        )?;
+        tx.commit()?;
+        Ok(match previous {
+            None => Linked {
+                created: true,
+                body: json!({ "created": true, "edge": edge.json }),
+            },
+            Some(old) => Linked {
+                created: false,
+                body: json!({ "created": false, "previous_weight": old, "edge": edge.json }),
+            },
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// conceptUsage_write, conceptUsageStats, GET /concepts/:id/usage
+
+pub struct RecordUsage {
+    concept_id: String,
+    trace_id: String,
+    outcome: &'static str,
+    activity_id: Option<String>,
+    task_id: Option<String>,
+    claim: Option<String>,
+}
+
+const USAGE_COLS: &str =
+    "id, concept_id, outcome, trace_id, activity_id, task_id, created_at, client_claim";
+
+fn usage_json(r: &Row<'_>) -> rusqlite::Result<Value> {
+    let mut obj = json!({
+        "id": r.get::<_, String>(0)?,
+        "concept_id": r.get::<_, String>(1)?,
+        "outcome": r.get::<_, String>(2)?,
+        "trace_id": r.get::<_, String>(3)?,
+        "activity_id": r.get::<_, Option<String>>(4)?,
+        "task_id": r.get::<_, Option<String>>(5)?,
+        "created_at": rfc3339_ms(r.get(6)?),
+    });
+    if let Some(claim) = parse_json_text(r.get(7)?) {
+        obj["client_claim"] = claim;
+    }
+    Ok(obj)
+}
+
+impl RecordUsage {
+    pub fn parse(p: &Fields<'_>, claim: Option<&Value>) -> Result<Self, ApiError> {
+        let d = p.req_obj("usageData")?;
+        Ok(RecordUsage {
+            concept_id: concept_id_field(&d, "concept_id")?,
+            trace_id: d.req_str("trace_id")?.to_string(),
+            outcome: d.req_enum("outcome", &["success", "failure", "neutral"])?,
+            activity_id: d.opt_str("activity_id")?.map(str::to_string),
+            task_id: d.opt_str("task_id")?.map(str::to_string),
+            claim: claim_text(claim),
+        })
+    }
+
+    // anchor: record-usage
+    pub fn run(self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
+        let now = w.tick();
+        let tx = w.conn.transaction()?;
+        load_concept(&tx, org, &self.concept_id)?;
+        let id = format!("usage_{}", random_hex(12));
+        tx.execute(
+            &format!("INSERT INTO usage (org_id, {USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+            params![org, id, self.concept_id, self.outcome, self.trace_id, self.activity_id, self.task_id, now, self.claim],
+        )?;
+        // Every outcome counts as a load; only success earns credit toward relevance.
+        let (succ, fail) = match self.outcome {
+            "success" => (1, 0),
+            "failure" => (0, 1),
+            _ => (0, 0),
+        };
+        tx.execute(
+            "UPDATE concepts SET times_loaded = times_loaded + 1, times_succeeded = times_succeeded + ?3,
+                 times_failed = times_failed + ?4, updated_at = ?5
+             WHERE org_id = ?1 AND id = ?2",
+            params![org, self.concept_id, succ, fail, now],
+        )?;
+        let usage = tx.query_row(
+            &format!("SELECT {USAGE_COLS} FROM usage WHERE id = ?1"),
+            [&id],
+            usage_json,
+        )?;
+        let concept = load_concept(&tx, org, &self.concept_id)?;
+        tx.commit()?;
+        Ok(json!({ "usage": usage, "concept": concept }))
+    }
+}
+
+pub struct UsageStats {
+    concept_id: String,
+}
+
+impl UsageStats {
+    pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
+        Ok(UsageStats {
+            concept_id: concept_id_field(p, "concept_id")?,
+        })
+    }
+
+    // anchor: usage-stats
+    pub fn run(self, conn: &Connection, org: &str) -> Result<Value, ApiError> {
+        let row = conn
+            .query_row(
+                "SELECT times_loaded, times_succeeded, times_failed FROM concepts WHERE org_id = ?1 AND id = ?2",
+                params![org, self.concept_id],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)),
+            )
+            .optional()?;
+        let Some((loaded, succeeded, failed)) = row else {
+            return Err(ApiError::ConceptNotFound(self.concept_id));
+        };
+        let rate = |n: i64| {
+            if loaded == 0 {
+                0.0
+            } else {
+                n as f64 / loaded as f64
+            }
+        };
+        Ok(json!({
+            "concept_id": self.concept_id,
+            "total_uses": loaded,
+            "successes": succeeded,
+            "failures": failed,
+            "neutral": loaded - succeeded - failed,
+            "success_rate": rate(succeeded),
+            "failure_rate": rate(failed),
+            "relevance": relevance(succeeded, loaded),
+        }))
+    }
+}
+
+/// `GET /concepts/:id/usage`: the newest usage rows of one concept.
+// anchor: usage-history
+pub fn usage_history(
+    conn: &Connection,
+    org: &str,
+    raw_id: &str,
+    limit: i64,
+) -> Result<Value, ApiError> {
+    let id = plain_concept_id(raw_id);
+    load_concept(conn, org, &id)?;
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {USAGE_COLS} FROM usage WHERE org_id = ?1 AND concept_id = ?2 ORDER BY seq DESC LIMIT ?3"
+    ))?;
+    let usage = stmt
+        .query_map(params![org, id, limit], usage_json)?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json!({ "concept_id": id, "usage": usage }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// conceptSequence
+
+pub struct Sequence {
+    concept_id: String,
+    direction: &'static str,
+    limit: i64,
+}
+
+impl Sequence {
+    pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
+        Ok(Sequence {
+            concept_id: concept_id_field(p, "concept_id")?,
+            direction: p.opt_enum("direction", &["next", "prev", "both"], "next")?,
+            limit: limit_field(p, MAX_LIMIT)?,
+        })
+    }
+
+    /// Both edge types say the same thing from opposite ends: `A -sequence_next-> B` and
+    /// `B -sequence_prev-> A` both mean B follows A, so each direction reads both.
+    // anchor: concept-sequence
+    pub fn run(self, conn: &Connection, org: &str) -> Result<Value, ApiError> {
+        load_concept(conn, org, &self.concept_id)?;
+        let id = &self.concept_id;
+        let mut found: Vec<(&str, EdgeRow, String)> = Vec::new();
+        let mut collect =
+            |label: &'static str, column: &str, edge_type: &str| -> Result<(), ApiError> {
+                let types = [edge_type.to_string()];
+                for e in edges_touching(conn, org, column, id, &types, self.limit)? {
+                    let other = if column == "from_id" {
+                        e.to_id.clone()
+                    } else {
+                        e.from_id.clone()
+                    };
+                    found.push((label, e, other));
+                }
+                Ok(())
+            };
+        if self.direction != "prev" {
+            collect("next", "from_id", "sequence_next")?;
+            collect("next", "to_id", "sequence_prev")?;
+        }
+        if self.direction != "next" {
+            collect("prev", "from_id", "sequence_prev")?;
+            collect("prev", "to_id", "sequence_next")?;
+        }
+        // Strongest link first; among equals the newest edge.
+        found.sort_by(|a, b| {
+            b.1.weight
+                .total_cmp(&a.1.weight)
+                .then(b.1.seq.cmp(&a.1.seq))
+        });
+        found.truncate(self.limit as usize);
+        let mut sequence = Vec::with_capacity(found.len());
+        for (direction, e, other) in found {
+            sequence.push(json!({
+                "direction": direction,
+                "concept": load_concept(conn, org, &other)?,
+                "weight": e.weight,
+                "traversal_count": e.traversal_count,
+            }));
+        }
+        Ok(json!({ "concept_id": self.concept_id, "sequence": sequence }))
+    }
+}
+
+/// Reads `client_claim` off a pointer: an object stored with written rows, absent when not sent.
+pub fn client_claim(pointer: &Map<String, Value>) -> Result<Option<&Value>, ApiError> {
+    match pointer.get("client_claim") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Object(_)) => Ok(Some(v)),
+        Some(_) => Err(ApiError::bad("pointer.client_claim: must be an object")),
+    }
+}

@@ -1,0 +1,208 @@
+//! `POST /resolve`: the one ingress. Decides which shapes the ledger answers itself, which go to
+//! a producer named at start, and which nothing produces; and which need a write scope.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::concepts::{
+    self, CreateConcept, Graph, Link, RecordUsage, Search, Sequence, UsageStats,
+};
+use super::db::Db;
+use super::errors::ApiError;
+use super::input::Fields;
+use super::keys::KeyIdentity;
+
+/// Every shape the ledger answers itself, as advertised in `vesselRegistry`.
+// anchor: LEDGER_SHAPES
+pub const LEDGER_SHAPES: &[&str] = &[
+    "vesselRegistry",
+    "vesselCapability",
+    "conceptSearch",
+    "conceptGraph",
+    "concept_create_write",
+    "conceptLink_write",
+    "conceptUsage_write",
+    "conceptUsageStats",
+    "conceptSequence",
+];
+
+pub const LEDGER_VESSEL_ID: &str = "metabob-ledger";
+
+/// Whether a shape writes: by the substrate's naming convention, the `_write` suffix.
+// anchor: is_write_shape
+pub fn is_write_shape(shape: &str) -> bool {
+    shape.ends_with("_write")
+}
+
+/// The server's shared state.
+pub struct Ledger {
+    pub db: Db,
+    pub public_url: String,
+    /// shape → producer URL, from `--producer`.
+    pub producers: BTreeMap<String, String>,
+    pub forward_timeout: Duration,
+    /// `POST /resolve` requests served since start, reported by `/health`.
+    pub resolves: AtomicU64,
+    pub forwarder: super::forward::Forwarder,
+}
+
+pub type Shared = Arc<Ledger>;
+
+/// An answer to hand back as it is: status and JSON body, or a producer's raw bytes.
+pub enum Answer {
+    Json(StatusCode, Value),
+    Raw {
+        status: u16,
+        content_type: Option<String>,
+        body: Vec<u8>,
+    },
+}
+
+impl Ledger {
+    fn ledger_vessel(&self) -> Value {
+        json!({
+            "vessel_id": LEDGER_VESSEL_ID,
+            "endpoint": self.public_url,
+            "public_endpoint": self.public_url,
+            "protocol": "http",
+            "resolve_endpoint": format!("{}/resolve", self.public_url),
+            "shapes": LEDGER_SHAPES,
+        })
+    }
+
+    /// One vessel per distinct producer URL, numbered in the order of the first shape (by name)
+    /// routed to each, so the ids are stable for the same command line.
+    fn producer_vessels(&self) -> Vec<(String, Value)> {
+        let mut by_url: Vec<(String, Vec<String>)> = Vec::new();
+        for (shape, url) in &self.producers {
+            match by_url.iter_mut().find(|(u, _)| u == url) {
+                Some((_, shapes)) => shapes.push(shape.clone()),
+                None => by_url.push((url.clone(), vec![shape.clone()])),
+            }
+        }
+        by_url
+            .into_iter()
+            .enumerate()
+            .map(|(i, (url, shapes))| {
+                let vessel = json!({
+                    "vessel_id": format!("producer-{}", i + 1),
+                    "endpoint": url,
+                    "public_endpoint": url,
+                    "protocol": "http",
+                    "resolve_endpoint": url,
+                    "shapes": shapes,
+                });
+                (url, vessel)
+            })
+            .collect()
+    }
+
+    // anchor: vessel-registry
+    fn registry(&self) -> Value {
+        let mut vessels = vec![self.ledger_vessel()];
+        vessels.extend(self.producer_vessels().into_iter().map(|(_, v)| v));
+        json!({ "vessels": vessels })
+    }
+
+    fn capability(&self, shape: &str) -> Value {
+        let mut vessels = Vec::new();
+        if LEDGER_SHAPES.contains(&shape) {
+            vessels.push(self.ledger_vessel());
+        }
+        if let Some(url) = self.producers.get(shape) {
+            vessels.extend(
+                self.producer_vessels()
+                    .into_iter()
+                    .filter(|(u, _)| u == url)
+                    .map(|(_, v)| v),
+            );
+        }
+        json!({ "shape": shape, "vessels": vessels })
+    }
+}
+
+/// Resolves one pointer for an authenticated key.
+// anchor: dispatch
+pub async fn dispatch(
+    ledger: &Ledger,
+    key: KeyIdentity,
+    body: &[u8],
+    auth_header: Option<String>,
+) -> Result<Answer, ApiError> {
+    let body: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("body: not JSON ({e})")))?;
+    let pointer: Map<String, Value> = match body.get("pointer") {
+        Some(Value::Object(m)) => m.clone(),
+        _ => return Err(ApiError::bad("pointer: required object")),
+    };
+    let p = Fields::new(&pointer, "");
+    let shape = p
+        .req_str("type")
+        .map_err(|_| ApiError::bad("pointer.type: required non-empty string"))?
+        .to_string();
+    if is_write_shape(&shape) && !key.can_write() {
+        return Err(ApiError::Forbidden);
+    }
+    let claim = concepts::client_claim(&pointer)?;
+    let org = key.org_id.clone();
+    let ok = |v| Ok(Answer::Json(StatusCode::OK, v));
+    match shape.as_str() {
+        "vesselRegistry" => ok(ledger.registry()),
+        "vesselCapability" => ok(ledger.capability(p.req_str("shape")?)),
+        "conceptSearch" => {
+            let req = Search::parse(&p)?;
+            ok(ledger.db.read(move |c| req.run(c, &org)).await?)
+        }
+        "conceptGraph" => {
+            let req = Graph::parse(&p)?;
+            ok(ledger.db.read(move |c| req.run(c, &org)).await?)
+        }
+        "conceptUsageStats" => {
+            let req = UsageStats::parse(&p)?;
+            ok(ledger.db.read(move |c| req.run(c, &org)).await?)
+        }
+        "conceptSequence" => {
+            let req = Sequence::parse(&p)?;
+            ok(ledger.db.read(move |c| req.run(c, &org)).await?)
+        }
+        "concept_create_write" => {
+            let req = CreateConcept::parse(&p, claim)?;
+            Ok(Answer::Json(
+                StatusCode::CREATED,
+                ledger.db.write(move |w| req.run(w, &org)).await?,
+            ))
+        }
+        "conceptLink_write" => {
+            let req = Link::parse(&p, claim)?;
+            let linked = ledger.db.write(move |w| req.run(w, &org)).await?;
+            let status = if linked.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(Answer::Json(status, linked.body))
+        }
+        "conceptUsage_write" => {
+            let req = RecordUsage::parse(&p, claim)?;
+            Ok(Answer::Json(
+                StatusCode::CREATED,
+                ledger.db.write(move |w| req.run(w, &org)).await?,
+            ))
+        }
+        other => match ledger.producers.get(other) {
+            Some(url) => {
+                let pointer = Value::Object(pointer.clone());
+                ledger
+                    .forwarder
+                    .forward(other, url, &pointer, auth_header, ledger.forward_timeout)
+                    .await
+            }
+            None => Err(ApiError::NoProducer(other.to_string())),
+        },
+    }
+}
