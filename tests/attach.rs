@@ -22,7 +22,11 @@ fn nothing_configured_names_the_missing_input_and_writes_nothing() {
     assert_eq!(out.code, 1, "{out:?}");
     insta::assert_snapshot!("attach_not_configured", normalize(&out.stdout, &env));
     let home_entries: Vec<_> = std::fs::read_dir(env.home()).unwrap().flatten().collect();
-    assert_eq!(home_entries.len(), 1, "only the test's .gitconfig: attach --check wrote something");
+    assert_eq!(
+        home_entries.len(),
+        1,
+        "only the test's .gitconfig: attach --check wrote something"
+    );
 }
 
 #[test]
@@ -46,7 +50,10 @@ fn a_fresh_ledger_attaches_every_command_on_the_host_with_no_flags() {
     let v: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(v["attached"], true);
     assert_eq!(v["state"]["identity"]["source"], "bootstrap");
-    assert_eq!(v["state"]["auth"]["scopes"], json!(["admin", "read", "write"]));
+    assert_eq!(
+        v["state"]["auth"]["scopes"],
+        json!(["read", "write", "admin"])
+    );
 }
 
 #[test]
@@ -59,18 +66,32 @@ fn a_closed_port_is_connect_refused() {
     assert_eq!(code, 1);
     let result = v["result"].as_str().unwrap();
     assert!(result.starts_with("anchor_unreachable: "), "{result}");
-    assert!(result.contains(&format!("connect_refused(127.0.0.1:{port})")), "{result}");
+    assert!(
+        result.contains(&format!("connect_refused(127.0.0.1:{port})")),
+        "{result}"
+    );
     assert_eq!(v["state"]["network"]["cause"], "connect_refused");
 }
 
 #[test]
 fn an_anchor_answering_html_is_blocked_by_portal() {
     let mut env = TestEnv::new();
-    let portal = static_http_server(200, "text/html", "<html><body>Sign in to Wi-Fi</body></html>");
-    env.set("METABOB_API_KEY", "mb_live_0123456789abcdef").set("DISCOVERY_ENDPOINT", &portal);
+    let portal = static_http_server(
+        200,
+        "text/html",
+        "<html><body>Sign in to Wi-Fi</body></html>",
+    );
+    env.set("METABOB_API_KEY", "mb_live_0123456789abcdef")
+        .set("DISCOVERY_ENDPOINT", &portal);
     let (code, v) = check_json(&env, &[]);
     assert_eq!(code, 1);
-    assert!(v["result"].as_str().unwrap().starts_with("blocked_by_portal: "), "{v}");
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("blocked_by_portal: "),
+        "{v}"
+    );
     assert_eq!(v["state"]["bootstrap"]["status"], "not_substrate");
 }
 
@@ -79,7 +100,8 @@ fn a_revoked_key_is_key_rejected() {
     let mut env = TestEnv::new();
     let ledger = env.ledger("main", &[]);
     let (key_id, key) = ledger.create_key(&env, "default", "read,write");
-    env.set("METABOB_API_KEY", &key).set("DISCOVERY_ENDPOINT", &ledger.url);
+    env.set("METABOB_API_KEY", &key)
+        .set("DISCOVERY_ENDPOINT", &ledger.url);
     assert_eq!(check_json(&env, &[]).0, 0, "the new key attaches");
     let data = ledger.data.display().to_string();
     let out = env.run(&["ledger", "key", "revoke", &key_id, "--data", &data]);
@@ -98,10 +120,14 @@ fn a_key_of_another_ledger_is_key_rejected() {
     let ours = env.ledger("ours", &[]);
     let theirs = env.ledger("theirs", &[]);
     let (_, foreign) = theirs.create_key(&env, "elsewhere", "read,write");
-    env.set("METABOB_API_KEY", &foreign).set("DISCOVERY_ENDPOINT", &ours.url);
+    env.set("METABOB_API_KEY", &foreign)
+        .set("DISCOVERY_ENDPOINT", &ours.url);
     let (code, v) = check_json(&env, &[]);
     assert_eq!(code, 1);
-    assert!(v["result"].as_str().unwrap().starts_with("key_rejected: "), "{v}");
+    assert!(
+        v["result"].as_str().unwrap().starts_with("key_rejected: "),
+        "{v}"
+    );
 }
 
 #[test]
@@ -115,12 +141,15 @@ fn an_identity_that_does_not_answer_is_identity_unreachable() {
     let advertised = format!("http://127.0.0.1:{dead}");
     let ledger = env.ledger("main", &["--public-url", &advertised]);
     let (_, key) = ledger.create_key(&env, "default", "read");
-    env.set("METABOB_API_KEY", &key).set("DISCOVERY_ENDPOINT", &ledger.url);
+    env.set("METABOB_API_KEY", &key)
+        .set("DISCOVERY_ENDPOINT", &ledger.url);
     let (code, v) = check_json(&env, &[]);
     assert_eq!(code, 1);
     let result = v["result"].as_str().unwrap();
     assert!(
-        result.starts_with(&format!("identity_unreachable(advertised={advertised}, tried=[{advertised}])")),
+        result.starts_with(&format!(
+            "identity_unreachable(advertised={advertised}, tried=[{advertised}])"
+        )),
         "{result}"
     );
     // Pinned explicitly and silent: the org check itself fails to connect.
@@ -139,26 +168,79 @@ fn an_untrusted_tls_anchor_is_tls_intercepted_and_trusted_with_extra_ca_certs() 
     let dir = env.path("tls");
     std::fs::create_dir_all(&dir).unwrap();
     let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl").args(args).current_dir(&dir).output();
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .output();
         let out = out.expect("the openssl CLI is installed");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     openssl(&[
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-        "-days", "2", "-subj", "/CN=Intercepting Test CA",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Intercepting Test CA",
     ]);
     openssl(&[
-        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj",
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
         "/CN=localhost",
     ]);
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
     openssl(&[
-        "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf",
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
     ]);
     let port = closed_port();
     let mut server = std::process::Command::new("openssl")
-        .args(["s_server", "-quiet", "-www", "-accept", &port.to_string(), "-cert", "srv.pem", "-key", "srv.key"])
+        .args([
+            "s_server",
+            "-quiet",
+            "-www",
+            "-accept",
+            &port.to_string(),
+            "-cert",
+            "srv.pem",
+            "-key",
+            "srv.key",
+        ])
         .current_dir(&dir)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -173,38 +255,91 @@ fn an_untrusted_tls_anchor_is_tls_intercepted_and_trusted_with_extra_ca_certs() 
     let (code, v) = check_json(&env, &[]);
     assert_eq!(code, 1);
     let result = v["result"].as_str().unwrap();
-    assert!(result.contains("tls_intercepted(Intercepting Test CA)"), "{result}");
+    assert!(
+        result.contains("tls_intercepted(Intercepting Test CA)"),
+        "{result}"
+    );
     // Trusting the CA clears the interception; s_server's status page is then what answers.
-    env.set("NODE_EXTRA_CA_CERTS", dir.join("ca.pem").display().to_string());
+    env.set(
+        "NODE_EXTRA_CA_CERTS",
+        dir.join("ca.pem").display().to_string(),
+    );
     let (code, v) = check_json(&env, &[]);
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(code, 1);
-    assert!(v["result"].as_str().unwrap().starts_with("blocked_by_portal: "), "{v}");
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("blocked_by_portal: "),
+        "{v}"
+    );
     assert_eq!(v["state"]["network"]["tls"]["authorized"], true, "{v}");
+}
+
+#[test]
+fn a_proxy_answering_407_is_proxy_auth_required() {
+    let mut env = TestEnv::new();
+    let (port, _proxy) = crate::support::tinyproxy(&env.path(""));
+    // A non-loopback anchor goes through the proxy, which answers before resolving it.
+    env.set("METABOB_API_KEY", "mb_live_0123456789abcdef")
+        .set("DISCOVERY_ENDPOINT", "http://substrate.example:18100")
+        .set("HTTP_PROXY", format!("http://127.0.0.1:{port}"));
+    let (code, v) = check_json(&env, &[]);
+    assert_eq!(code, 1);
+    let result = v["result"].as_str().unwrap();
+    assert!(result.contains("proxy_auth_required(Basic)"), "{result}");
+    assert_eq!(v["state"]["network"]["cause"], "proxy_auth_required");
+    assert_eq!(v["proxy"]["route"], format!("via http://127.0.0.1:{port}"));
 }
 
 #[test]
 fn flags_fill_the_environment_and_a_local_endpoint_derives_discovery() {
     let env = TestEnv::new();
-    let (_, v) =
-        check_json(&env, &["--api-key", "mb_live_flagkey0001", "--endpoint", "http://127.0.0.1:18080"]);
+    let (_, v) = check_json(
+        &env,
+        &[
+            "--api-key",
+            "mb_live_flagkey0001",
+            "--endpoint",
+            "http://127.0.0.1:18080",
+        ],
+    );
     assert_eq!(v["config"]["anchor"], "http://127.0.0.1:18100");
     assert_eq!(v["config"]["source"], "derived-h1");
     assert_eq!(v["config"]["key"], "…0001");
-    assert!(v["config"]["warnings"][0].as_str().unwrap().contains("derived"), "{v}");
+    assert!(
+        v["config"]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("derived"),
+        "{v}"
+    );
     // A remote endpoint derives nothing.
-    let (_, v) = check_json(&env, &["--api-key", "k", "--endpoint", "https://hub.example"]);
+    let (_, v) = check_json(
+        &env,
+        &["--api-key", "k", "--endpoint", "https://hub.example"],
+    );
     assert_eq!(v["config"]["anchor"], Value::Null);
-    assert!(v["result"].as_str().unwrap().starts_with("not_configured: no endpoint"), "{v}");
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("not_configured: no endpoint"),
+        "{v}"
+    );
 }
 
 #[test]
 fn lookup_skips_files_that_are_not_ours_and_reads_the_project_file_first() {
     let mut env = TestEnv::new();
     std::fs::create_dir_all(env.cwd().join(".metabob")).unwrap();
-    std::fs::write(env.cwd().join(".metabob/config.json"), r#"{"base_url":"x","state_directory":"y"}"#)
-        .unwrap();
+    std::fs::write(
+        env.cwd().join(".metabob/config.json"),
+        r#"{"base_url":"x","state_directory":"y"}"#,
+    )
+    .unwrap();
     std::fs::create_dir_all(env.cwd().join(".substrate")).unwrap();
     std::fs::write(env.cwd().join(".substrate/config.json"), "not json").unwrap();
     std::fs::create_dir_all(env.home().join(".substrate")).unwrap();
@@ -215,9 +350,20 @@ fn lookup_skips_files_that_are_not_ours_and_reads_the_project_file_first() {
     .unwrap();
     let (_, v) = check_json(&env, &[]);
     let warnings = v["config"]["warnings"].to_string();
-    assert!(warnings.contains(".substrate/config.json: not valid JSON"), "{warnings}");
-    assert!(warnings.contains(".metabob/config.json: no top-level"), "{warnings}");
-    assert!(v["config"]["file"].as_str().unwrap().ends_with("home/.substrate/config.json"));
+    assert!(
+        warnings.contains(".substrate/config.json: not valid JSON"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains(".metabob/config.json: no top-level"),
+        "{warnings}"
+    );
+    assert!(
+        v["config"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("home/.substrate/config.json")
+    );
     assert_eq!(v["config"]["key"], "…9999");
     // A project file that is ours wins over the home file.
     std::fs::write(
@@ -233,7 +379,13 @@ fn lookup_skips_files_that_are_not_ours_and_reads_the_project_file_first() {
     std::fs::write(&explicit, r#"{"other":{}}"#).unwrap();
     env.set("METABOB_CONFIG_PATH", explicit.display().to_string());
     let (_, v) = check_json(&env, &[]);
-    assert!(v["config"]["file"].as_str().unwrap().ends_with("explicit.json"), "{v}");
+    assert!(
+        v["config"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("explicit.json"),
+        "{v}"
+    );
     assert_eq!(v["config"]["key"], Value::Null);
 }
 
@@ -247,7 +399,8 @@ fn aliases_placeholders_and_an_environment_endpoint_choose_one_substrate() {
     )
     .unwrap();
     // The installer's names fill ours; a placeholder is dropped as if unset.
-    env.set("SUBSTRATE_API_KEY", "mb_live_aliaskey3333").set("METABOB_API_KEY", "${user_config.api_key}");
+    env.set("SUBSTRATE_API_KEY", "mb_live_aliaskey3333")
+        .set("METABOB_API_KEY", "${user_config.api_key}");
     env.set("SUBSTRATE_ENDPOINT", "http://127.0.0.1:28080");
     let (_, v) = check_json(&env, &[]);
     assert_eq!(v["config"]["key"], "…3333");
@@ -255,14 +408,23 @@ fn aliases_placeholders_and_an_environment_endpoint_choose_one_substrate() {
     assert_eq!(v["config"]["anchor"], "http://127.0.0.1:28100");
     assert_eq!(v["config"]["identity_endpoint"], Value::Null);
     let warnings = v["config"]["warnings"].to_string();
-    assert!(warnings.contains("METABOB_API_KEY holds an unsubstituted placeholder"), "{warnings}");
+    assert!(
+        warnings.contains("METABOB_API_KEY holds an unsubstituted placeholder"),
+        "{warnings}"
+    );
     // Both names set and different: ours wins, with a warning.
     env.set("METABOB_API_KEY", "mb_live_ourskey4444");
     let (_, v) = check_json(&env, &[]);
     assert_eq!(v["config"]["key"], "…4444");
-    assert!(v["config"]["warnings"].to_string().contains("both set and differ"));
+    assert!(
+        v["config"]["warnings"]
+            .to_string()
+            .contains("both set and differ")
+    );
     // With no endpoint in the environment, the file's endpoints and credentials apply.
-    env.unset("SUBSTRATE_ENDPOINT").unset("SUBSTRATE_API_KEY").unset("METABOB_API_KEY");
+    env.unset("SUBSTRATE_ENDPOINT")
+        .unset("SUBSTRATE_API_KEY")
+        .unset("METABOB_API_KEY");
     let (_, v) = check_json(&env, &[]);
     assert_eq!(v["config"]["key"], "…2222");
     assert_eq!(v["config"]["anchor"], "http://127.0.0.1:3");
@@ -282,13 +444,23 @@ mod in_process {
         vars.push(("DISCOVERY_ENDPOINT".into(), discovery.into()));
         let mut e = Env::new(vars, env.cwd());
         let cfg = config::load(&mut e);
-        Attachment::new(cfg, NetClient::from_env(&e), ClientClaim::from_env(&e, &env.cwd()))
+        Attachment::new(
+            cfg,
+            NetClient::from_env(&e),
+            ClientClaim::from_env(&e, &env.cwd()),
+        )
     }
 
     async fn resolves_served(url: &str) -> u64 {
         let net = NetClient::from_env(&Env::new(Vec::new(), "/"));
-        let health = net.send(Request::get(Url::parse(url).unwrap().join("/health"))).await.unwrap();
-        health.json().and_then(|v| v["resolves"].as_u64()).expect("the ledger counts resolves")
+        let health = net
+            .send(Request::get(Url::parse(url).unwrap().join("/health")))
+            .await
+            .unwrap();
+        health
+            .json()
+            .and_then(|v| v["resolves"].as_u64())
+            .expect("the ledger counts resolves")
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,7 +469,10 @@ mod in_process {
         let ledger = env.ledger("main", &[]);
         let (_, key) = ledger.create_key(&env, "default", "read");
         let a = attachment(&env, &key, &ledger.url);
-        let read = a.resolve(json!({"type": "conceptSearch", "limit": 1})).await.unwrap();
+        let read = a
+            .resolve(json!({"type": "conceptSearch", "limit": 1}))
+            .await
+            .unwrap();
         assert_eq!(read.status, 200, "reads are untouched: {:?}", read.body);
         let before = resolves_served(&ledger.url).await;
         let write = json!({"type": "concept_create_write", "conceptData": {
@@ -309,7 +484,11 @@ mod in_process {
             ),
             other => panic!("expected key_read_only, got {other:?}"),
         }
-        assert_eq!(resolves_served(&ledger.url).await, before, "the refused write reached the ledger");
+        assert_eq!(
+            resolves_served(&ledger.url).await,
+            before,
+            "the refused write reached the ledger"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,7 +504,12 @@ mod in_process {
             .unwrap();
         let claim = &created.body["concept"]["client_claim"];
         assert_eq!(claim["client"], metabob_mcp::CLIENT, "{}", created.body);
-        assert!(claim["operator"].as_str().unwrap().starts_with("metabob-mcp-"));
+        assert!(
+            claim["operator"]
+                .as_str()
+                .unwrap()
+                .starts_with("metabob-mcp-")
+        );
         assert_eq!(claim["session"].as_str().unwrap().len(), 36);
     }
 
@@ -337,19 +521,38 @@ mod in_process {
         // A key must exist before the ledger starts: make it in the ledger's data offline.
         let data = env.path("ledger-late");
         let data_s = data.display().to_string();
-        let out = env.run(&["ledger", "key", "create", "--data", &data_s, "--scopes", "read", "--json"]);
+        let out = env.run(&[
+            "ledger", "key", "create", "--data", &data_s, "--scopes", "read", "--json",
+        ]);
         assert_eq!(out.code, 0, "{out:?}");
-        let key = serde_json::from_str::<Value>(&out.stdout).unwrap()["key"].as_str().unwrap().to_string();
+        let key = serde_json::from_str::<Value>(&out.stdout).unwrap()["key"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let a = attachment(&env, &key, &url);
         let _bg = a.spawn_background();
         let first = a.current().await;
-        assert!(first.message.as_deref().unwrap_or("").contains("connect_refused"), "{first:?}");
+        assert!(
+            first
+                .message
+                .as_deref()
+                .unwrap_or("")
+                .contains("connect_refused"),
+            "{first:?}"
+        );
         let gate = a.gate().await.unwrap_err();
         assert!(gate.starts_with("anchor_unreachable: "), "{gate}");
         let mut ledger = std::process::Command::new(crate::support::BIN)
             .env_clear()
             .envs(env.vars.iter().map(|(k, v)| (k, v)))
-            .args(["ledger", "serve", "--data", &data_s, "--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "ledger",
+                "serve",
+                "--data",
+                &data_s,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
@@ -363,6 +566,10 @@ mod in_process {
         }
         let _ = ledger.kill();
         let _ = ledger.wait();
-        assert!(attached, "the background re-attach did not attach within 20 s: {:?}", a.settled());
+        assert!(
+            attached,
+            "the background re-attach did not attach within 20 s: {:?}",
+            a.settled()
+        );
     }
 }

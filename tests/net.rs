@@ -3,10 +3,11 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Reaped, closed_port};
 use metabob_mcp::env::Env;
 use metabob_mcp::net::{NetCause, NetClient, Request, Retry, RouteReason, Url};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -233,11 +234,6 @@ async fn proxy(mode: Proxy) -> (u16, Log) {
     (port, log)
 }
 
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    l.local_addr().expect("bound address").port()
-}
-
 // ---- TLS fixtures: a CA the client does not know, and leaves it signed ----
 
 const CA_CN: &str = "Metabob Test Inspection CA";
@@ -341,15 +337,6 @@ impl Pki {
 
     fn ca(&self) -> String {
         self.path("ca.pem").display().to_string()
-    }
-}
-
-/// A child process killed and reaped when the test ends, pass or fail.
-struct Reaped(Child);
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -776,39 +763,7 @@ async fn unsupported_proxy_scheme() {
 #[tokio::test]
 async fn tinyproxy_basic_auth_is_proxy_auth_required() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = closed_port();
-    let mut conf = format!(
-        "Port {port}\nListen 127.0.0.1\nTimeout 10\nMaxClients 4\nLogLevel Error\nBasicAuth user pass\n"
-    );
-    // tinyproxy refuses to keep root privileges.
-    if Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
-    {
-        conf.push_str("User nobody\nGroup nogroup\n");
-    }
-    let conf_path = dir.path().join("tinyproxy.conf");
-    std::fs::write(&conf_path, conf).expect("write tinyproxy.conf");
-    let child = Command::new("tinyproxy")
-        .arg("-d")
-        .arg("-c")
-        .arg(&conf_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tinyproxy is installed");
-    let _guard = Reaped(child);
-    let mut up = false;
-    for _ in 0..100 {
-        if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "tinyproxy did not start listening");
+    let (port, _guard) = crate::support::tinyproxy(dir.path());
 
     let target = url("http://ledger.example:18100/bootstrap");
     let err = client(&[("HTTP_PROXY", &format!("http://127.0.0.1:{port}"))])

@@ -1,7 +1,7 @@
 //! The one integration-test binary. Each module drives the real binary against real parts.
 
+mod attach;
 mod ledger;
 mod net;
-mod support;
 mod spec;
-mod attach;
+mod support;

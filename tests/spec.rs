@@ -19,18 +19,25 @@ fn citations(spec: &str) -> Vec<(String, String)> {
 }
 
 fn defines(source: &str, anchor: &str) -> bool {
-    if source.contains(&format!("anchor: {anchor})")) || source.contains(&format!("anchor: {anchor}\n"))
+    if source.contains(&format!("anchor: {anchor})"))
+        || source.contains(&format!("anchor: {anchor}\n"))
         || source.contains(&format!("anchor: {anchor},"))
     {
         return true;
     }
-    ["fn", "struct", "enum", "const", "static", "trait", "type", "mod"].iter().any(|kw| {
-        source.match_indices(&format!("{kw} {anchor}")).any(|(i, m)| {
-            let after = source[i + m.len()..].chars().next();
-            let before = source[..i].chars().last();
-            !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
-                && !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
-        })
+    [
+        "fn", "struct", "enum", "const", "static", "trait", "type", "mod",
+    ]
+    .iter()
+    .any(|kw| {
+        source
+            .match_indices(&format!("{kw} {anchor}"))
+            .any(|(i, m)| {
+                let after = source[i + m.len()..].chars().next();
+                let before = source[..i].chars().last();
+                !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    && !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
     })
 }
 
@@ -39,7 +46,11 @@ fn every_spec_citation_names_an_existing_anchor() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let spec = std::fs::read_to_string(root.join("SPEC.md")).expect("SPEC.md exists");
     let cites = citations(&spec);
-    assert!(cites.len() >= 20, "SPEC.md cites only {} anchors; expected the contract to cite its code", cites.len());
+    assert!(
+        cites.len() >= 20,
+        "SPEC.md cites only {} anchors; expected the contract to cite its code",
+        cites.len()
+    );
     let mut missing = Vec::new();
     for (path, anchor) in &cites {
         match std::fs::read_to_string(root.join(path)) {
@@ -48,7 +59,11 @@ fn every_spec_citation_names_an_existing_anchor() {
             Err(e) => missing.push(format!("{path}@{anchor}: {e}")),
         }
     }
-    assert!(missing.is_empty(), "stale SPEC.md citations:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "stale SPEC.md citations:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]

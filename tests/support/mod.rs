@@ -289,3 +289,47 @@ pub fn static_http_server(status: u16, content_type: &'static str, body: &'stati
     });
     url
 }
+
+/// A child process killed and reaped when the test ends, pass or fail.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The real tinyproxy (installed by .ci/run) on a loopback port, demanding Basic credentials
+/// `user:pass`; returns once it accepts connections.
+pub fn tinyproxy(dir: &Path) -> (u16, Reaped) {
+    let port = closed_port();
+    let mut conf = format!(
+        "Port {port}\nListen 127.0.0.1\nTimeout 10\nMaxClients 4\nLogLevel Error\nBasicAuth user pass\n"
+    );
+    // tinyproxy refuses to keep root privileges.
+    if Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+    {
+        conf.push_str("User nobody\nGroup nogroup\n");
+    }
+    let conf_path = dir.join("tinyproxy.conf");
+    std::fs::write(&conf_path, conf).expect("write tinyproxy.conf");
+    let child = Command::new("tinyproxy")
+        .arg("-d")
+        .arg("-c")
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tinyproxy is installed (.ci/run installs it)");
+    let guard = Reaped(child);
+    let up = wait_until(Duration::from_secs(5), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "tinyproxy did not start listening");
+    (port, guard)
+}
