@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the whole test suite. The tests use real tools: openssl (TLS servers) and tinyproxy (a
+# real HTTP proxy); this installs them from Debian's packages when they are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+missing=()
+command -v openssl >/dev/null || missing+=(openssl)
+command -v tinyproxy >/dev/null || missing+=(tinyproxy)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+cargo test --locked --test runner --lib "$@"
