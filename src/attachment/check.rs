@@ -215,7 +215,7 @@ pub fn render_text(r: &CheckReport) -> String {
     );
     let org = if s.auth.status == super::AuthStatus::Authenticated {
         format!(
-            "org {}; key {}; account {}; scopes {}",
+            "org {}; key {}; user {}; scopes {}",
             s.auth.org_id.as_deref().unwrap_or("?"),
             s.auth.key_id.as_deref().unwrap_or("not reported"),
             s.auth

@@ -185,7 +185,10 @@ type BoxIo = Box<dyn Io>;
 struct Inner {
     proxies: ProxySettings,
     connect_budget: Duration,
-    verifier: Arc<WebPkiServerVerifier>,
+    /// Trust is assembled on the first TLS handshake: reading the OS store costs milliseconds
+    /// that a plain-http attachment (the local ledger) should not pay.
+    trust_env: Env,
+    verifier: std::sync::OnceLock<Arc<WebPkiServerVerifier>>,
 }
 
 /// The HTTP client every substrate request goes through. Cloning shares one configuration.
@@ -217,7 +220,8 @@ impl NetClient {
             inner: Arc::new(Inner {
                 proxies: ProxySettings::from_env(env),
                 connect_budget,
-                verifier: tls::base_verifier(env),
+                trust_env: env.clone(),
+                verifier: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -369,7 +373,11 @@ impl NetClient {
         peer: &Url,
         tunneled: bool,
     ) -> Result<(BoxIo, TlsInfo), Failure> {
-        let (config, seen) = tls::config_for_handshake(&self.inner.verifier);
+        let verifier = self
+            .inner
+            .verifier
+            .get_or_init(|| tls::base_verifier(&self.inner.trust_env));
+        let (config, seen) = tls::config_for_handshake(verifier);
         let Ok(name) = ServerName::try_from(peer.host.clone()) else {
             return Err(Failure::fatal(NetCause::TlsFailed(peer.host_port())));
         };
