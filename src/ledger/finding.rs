@@ -1,0 +1,269 @@
+//! Findings: `code_finding` concepts (SPEC.md §Findings). A task is a finding whose category is
+//! `task`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::header::{self, Header};
+use crate::util::{parse_rfc3339_ms, random_hex};
+
+pub const FINDING_SHAPE: &str = "code_finding";
+pub const FINDING_SOURCE_TYPE: &str = "metabob_annotation";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Severity {
+    Critical,
+    High,
+    Medium,
+    Low,
+    Info,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "CRITICAL",
+            Severity::High => "HIGH",
+            Severity::Medium => "MEDIUM",
+            Severity::Low => "LOW",
+            Severity::Info => "INFO",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Severity {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s.trim().to_ascii_uppercase().as_str() {
+            "CRITICAL" => Severity::Critical,
+            "HIGH" => Severity::High,
+            "MEDIUM" => Severity::Medium,
+            "LOW" => Severity::Low,
+            "INFO" => Severity::Info,
+            other => {
+                return Err(format!(
+                    "severity {other:?} is not one of CRITICAL, HIGH, MEDIUM, LOW, INFO"
+                ));
+            }
+        })
+    }
+}
+
+/// A new finding id: `agf_` and 16 hex digits.
+pub fn new_finding_id() -> String {
+    format!("agf_{}", random_hex(8))
+}
+
+/// `[SEV][category] <name>: <summary>`, the summary every reader recognises (anchor: summary_line).
+pub fn summary_line(severity: Severity, category: &str, name: &str, summary: &str) -> String {
+    format!("[{severity}][{category}] {name}: {summary}")
+}
+
+/// Splits `[SEV][category] name: summary` into its parts; `None` for any other form.
+pub fn parse_summary_line(s: &str) -> Option<(Severity, String, String)> {
+    let rest = s.strip_prefix('[')?;
+    let (sev, rest) = rest.split_once(']')?;
+    let rest = rest.strip_prefix('[')?;
+    let (cat, rest) = rest.split_once(']')?;
+    let text = rest.trim_start();
+    let text = text.split_once(": ").map_or(text, |(_, t)| t);
+    Some((sev.parse().ok()?, cat.to_string(), text.to_string()))
+}
+
+/// A finding as recalled from the ledger; every field is read from the header block, except the
+/// summary text and details.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub concept_id: String,
+    pub seq: i64,
+    pub created_ms: i64,
+    /// The summary text without the `[SEV][category] name:` prefix.
+    pub summary: String,
+    pub severity: Severity,
+    pub category: String,
+    pub repo: Option<String>,
+    pub repo_name: Option<String>,
+    pub workspace: Option<String>,
+    pub files: Vec<String>,
+    pub lines: Option<String>,
+    pub status: String,
+    pub finding_ids: Vec<String>,
+    pub recorded_by: Option<String>,
+    pub session: Option<String>,
+    /// The body after the header block.
+    pub details: String,
+}
+
+impl Finding {
+    /// Reads a concept row; `None` when it is not a usable finding (no finding id).
+    pub fn from_concept(c: &Value) -> Option<Finding> {
+        let content = c.get("content").and_then(Value::as_str).unwrap_or_default();
+        let h = Header::parse(content);
+        let finding_ids = h.list("finding_ids");
+        if finding_ids.is_empty() {
+            return None;
+        }
+        let raw = c.get("summary").and_then(Value::as_str).unwrap_or_default();
+        let parsed = parse_summary_line(raw);
+        let severity = h
+            .get("severity")
+            .and_then(|s| s.parse().ok())
+            .or(parsed.as_ref().map(|p| p.0))
+            .unwrap_or(Severity::Info);
+        let category = h
+            .get("category")
+            .map(str::to_owned)
+            .or(parsed.as_ref().map(|p| p.1.clone()))
+            .unwrap_or_default();
+        Some(Finding {
+            concept_id: concept_id(c)?,
+            seq: c.get("seq").and_then(Value::as_i64).unwrap_or(0),
+            created_ms: created_ms(c),
+            summary: parsed.map(|p| p.2).unwrap_or_else(|| raw.to_string()),
+            severity,
+            category,
+            repo: h.get("repo").map(str::to_owned),
+            repo_name: h.get("repo_name").map(str::to_owned),
+            workspace: h.get("workspace").map(str::to_owned),
+            files: h.list("files"),
+            lines: h.get("lines").map(str::to_owned),
+            status: h.get("status").unwrap_or("open").to_string(),
+            finding_ids,
+            recorded_by: h.get("recorded_by").map(str::to_owned),
+            session: h.get("session").map(str::to_owned),
+            details: header::body(content).to_string(),
+        })
+    }
+
+    pub fn is_task(&self) -> bool {
+        self.category.eq_ignore_ascii_case("task")
+    }
+
+    /// The id claims and verdicts are keyed on.
+    pub fn id(&self) -> &str {
+        &self.finding_ids[0]
+    }
+
+    pub fn has_id(&self, id: &str) -> bool {
+        self.finding_ids.iter().any(|f| f == id)
+    }
+}
+
+/// The plain form of a concept id: `concept:` prefixes and `⟨⟩` wrappers removed.
+pub fn plain_concept_id(id: &str) -> String {
+    let id = id.trim();
+    let id = id.strip_prefix("concept:").unwrap_or(id);
+    id.trim_start_matches('⟨').trim_end_matches('⟩').to_string()
+}
+
+pub fn concept_id(c: &Value) -> Option<String> {
+    c.get("id").and_then(Value::as_str).map(plain_concept_id)
+}
+
+/// The ledger's creation time in epoch milliseconds: the one clock every reader shares.
+pub fn created_ms(c: &Value) -> i64 {
+    c.get("created_at")
+        .and_then(Value::as_str)
+        .and_then(parse_rfc3339_ms)
+        .unwrap_or(0)
+}
+
+/// What a new finding says; `to_pointer` composes the concept write.
+#[derive(Clone, Debug)]
+pub struct NewFinding {
+    pub finding_ids: Vec<String>,
+    pub files: Vec<String>,
+    pub summary: String,
+    pub details: String,
+    pub severity: Severity,
+    pub category: String,
+    pub repo: String,
+    pub repo_name: String,
+    pub workspace: String,
+    pub lines: Option<String>,
+    pub status: String,
+    pub recorded_by: Option<String>,
+    pub session: String,
+}
+
+impl NewFinding {
+    /// `concept_create_write` for this finding (anchor: post_finding). The author stamp comes
+    /// first, so every reader's first match is the stamp; with no identity it is omitted.
+    pub fn to_pointer(&self) -> Value {
+        let mut fields: Vec<(&str, String)> = Vec::new();
+        if let Some(by) = &self.recorded_by {
+            fields.push(("recorded_by", by.clone()));
+        }
+        fields.extend([
+            ("session", self.session.clone()),
+            ("repo", self.repo.clone()),
+            ("repo_name", self.repo_name.clone()),
+            ("workspace", self.workspace.clone()),
+            ("files", self.files.join(", ")),
+            ("lines", self.lines.clone().unwrap_or_default()),
+            ("severity", self.severity.to_string()),
+            ("category", self.category.clone()),
+            ("status", self.status.clone()),
+            ("finding_ids", self.finding_ids.join(", ")),
+        ]);
+        let content = header::compose(&fields, &self.details);
+        json!({
+            "type": "concept_create_write",
+            "conceptData": {
+                "shape": FINDING_SHAPE,
+                "source_type": FINDING_SOURCE_TYPE,
+                "summary": summary_line(self.severity, &self.category, &self.repo_name, &self.summary),
+                "content": content,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_finding_reads_back_the_same() {
+        let nf = NewFinding {
+            finding_ids: vec!["agf_1".into(), "agf_2".into()],
+            files: vec!["a.py".into(), "b.py".into()],
+            summary: "null check: missing".into(),
+            details: "ref: main\nsee a.py".into(),
+            severity: Severity::High,
+            category: "task".into(),
+            repo: "example.com/org/repo".into(),
+            repo_name: "repo".into(),
+            workspace: "repo".into(),
+            lines: None,
+            status: "open".into(),
+            recorded_by: Some("metabob-mcp-abc".into()),
+            session: "s".into(),
+        };
+        let p = nf.to_pointer();
+        let row = json!({
+            "id": "concept:⟨concept_9⟩", "seq": 3, "created_at": "2026-01-01T00:00:00.000Z",
+            "summary": p["conceptData"]["summary"], "content": p["conceptData"]["content"],
+        });
+        let f = Finding::from_concept(&row).unwrap();
+        assert_eq!(f.concept_id, "concept_9");
+        assert_eq!(f.summary, "null check: missing");
+        assert_eq!(f.severity, Severity::High);
+        assert!(f.is_task());
+        assert_eq!(f.files, vec!["a.py", "b.py"]);
+        assert_eq!(f.id(), "agf_1");
+        assert_eq!(f.recorded_by.as_deref(), Some("metabob-mcp-abc"));
+        assert_eq!(f.details, "ref: main\nsee a.py");
+        assert_eq!(f.created_ms, 1_767_225_600_000);
+    }
+}

@@ -1,0 +1,238 @@
+//! Reading the ledger: findings and verdicts through concept-db's window, with paging, offset
+//! detection, truncation reported, and verdicts past the window joined through their links
+//! (SPEC.md §Recall).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Value, json};
+
+use super::claims::{self, Held};
+use super::finding::{FINDING_SHAPE, Finding};
+use super::verdict::{Standing, VERDICT_SHAPE, Verdict, standing};
+use crate::attachment::{Attachment, ResolveError};
+
+pub const PAGE: u64 = 300;
+pub const MAX_PAGES: u64 = 4;
+/// Linked verdicts are read for at most this many findings, this many at a time, this many each.
+const LINKED_FINDINGS: usize = 50;
+const LINKED_PARALLEL: usize = 8;
+const LINKED_PER_FINDING: u64 = 200;
+
+/// Set once a concept-db answered an offset with the first page again; from then on this
+/// process reads one page, since paging would only repeat it.
+static OFFSET_IGNORED: AtomicBool = AtomicBool::new(false);
+
+/// Why the ledger could not be read: one line.
+#[derive(Debug, thiserror::Error)]
+pub enum RecallError {
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error("{shape} answered HTTP {status}: {detail}")]
+    Status {
+        shape: String,
+        status: u16,
+        detail: String,
+    },
+}
+
+/// The rows of one shape as far as the window reaches.
+#[derive(Clone, Debug, Default)]
+pub struct Window {
+    pub rows: Vec<Value>,
+    /// The last page read was full: older rows may exist past it.
+    pub truncated: bool,
+}
+
+/// `conceptSearch` in list mode, 300 a page, up to four pages (anchor: read_window).
+pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, RecallError> {
+    let mut window = Window::default();
+    let pages = if OFFSET_IGNORED.load(Ordering::Relaxed) {
+        1
+    } else {
+        MAX_PAGES
+    };
+    for page in 0..pages {
+        let answer = att
+            .resolve(json!({
+                "type": "conceptSearch", "shape": shape, "limit": PAGE, "offset": page * PAGE,
+            }))
+            .await?;
+        let rows = ok_body(&answer.body, answer.status, "conceptSearch")?
+            .get("concepts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if page > 0 && rows.first().is_some() && rows.first().map(id) == window.rows.first().map(id)
+        {
+            OFFSET_IGNORED.store(true, Ordering::Relaxed);
+            tracing::warn!("concept-db ignores the search offset; reading one page from now on");
+            window.truncated = true;
+            return Ok(window);
+        }
+        let full = rows.len() as u64 >= PAGE;
+        window.rows.extend(rows);
+        window.truncated = full;
+        if !full {
+            break;
+        }
+    }
+    Ok(window)
+}
+
+fn id(v: &Value) -> Option<&str> {
+    v.get("id").and_then(Value::as_str)
+}
+
+fn ok_body<'a>(body: &'a Value, status: u16, shape: &str) -> Result<&'a Value, RecallError> {
+    if (200..300).contains(&status) {
+        Ok(body)
+    } else {
+        Err(RecallError::Status {
+            shape: shape.into(),
+            status,
+            detail: body
+                .get("detail")
+                .or_else(|| body.get("error"))
+                .and_then(Value::as_str)
+                .unwrap_or("no detail")
+                .into(),
+        })
+    }
+}
+
+/// A finding of this repository with its files as named here.
+#[derive(Clone, Debug)]
+pub struct Recalled {
+    pub finding: Finding,
+    /// The finding's files mapped into this checkout (aliases applied).
+    pub files: Vec<String>,
+}
+
+/// What the ledger says about one repository.
+#[derive(Clone, Debug, Default)]
+pub struct LedgerView {
+    pub findings: Vec<Recalled>,
+    pub verdicts: Vec<Verdict>,
+    pub findings_truncated: bool,
+    pub verdicts_truncated: bool,
+}
+
+impl LedgerView {
+    /// The verdicts and claim rows that concern `f`.
+    pub fn verdicts_for<'a>(&'a self, f: &'a Finding) -> impl Iterator<Item = &'a Verdict> + 'a {
+        self.verdicts.iter().filter(move |v| v.concerns(f))
+    }
+
+    pub fn standing(&self, f: &Finding) -> Standing {
+        standing(self.verdicts_for(f))
+    }
+
+    pub fn holder(&self, f: &Finding, now_ms: i64) -> Option<Held> {
+        claims::holder(self.verdicts_for(f), now_ms)
+    }
+
+    pub fn by_id(&self, id: &str) -> Option<&Recalled> {
+        self.findings
+            .iter()
+            .find(|r| r.finding.has_id(id) || r.finding.concept_id == id)
+    }
+}
+
+/// Recalls this repository's findings and their verdicts (anchor: recall). `belongs` decides
+/// whether a finding is this repository's and maps its files; it carries the repository
+/// identity and alias rules.
+pub async fn recall(
+    att: &Attachment,
+    belongs: impl Fn(&Finding) -> Option<Vec<String>>,
+) -> Result<LedgerView, RecallError> {
+    let findings = read_window(att, FINDING_SHAPE).await?;
+    let verdicts = read_window(att, VERDICT_SHAPE).await?;
+    let mut view = LedgerView {
+        findings: findings
+            .rows
+            .iter()
+            .filter_map(Finding::from_concept)
+            .filter_map(|finding| belongs(&finding).map(|files| Recalled { finding, files }))
+            .collect(),
+        verdicts: verdicts
+            .rows
+            .iter()
+            .filter_map(Verdict::from_concept)
+            .collect(),
+        findings_truncated: findings.truncated,
+        verdicts_truncated: verdicts.truncated,
+    };
+    if view.verdicts_truncated {
+        let concepts: Vec<String> = view
+            .findings
+            .iter()
+            .take(LINKED_FINDINGS)
+            .map(|r| r.finding.concept_id.clone())
+            .collect();
+        for chunk in concepts.chunks(LINKED_PARALLEL) {
+            let reads = chunk.iter().map(|c| linked_verdicts(att, c));
+            for linked in futures_join_all(reads).await {
+                merge(&mut view.verdicts, linked?);
+            }
+        }
+    }
+    Ok(view)
+}
+
+/// Runs futures concurrently and keeps their order, without a futures dependency.
+async fn futures_join_all<F: std::future::Future>(
+    futs: impl IntoIterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("a recall read task does not panic"));
+    }
+    out
+}
+
+/// The verdicts linked to one finding: `conceptGraph` incoming `derived_from` edges.
+pub fn linked_verdicts(
+    att: &Attachment,
+    finding_concept: &str,
+) -> impl std::future::Future<Output = Result<Vec<Verdict>, RecallError>> + Send + 'static {
+    let att = att.clone();
+    let concept = finding_concept.to_string();
+    async move {
+        let answer = att
+            .resolve(json!({
+                "type": "conceptGraph", "concept_id": concept, "direction": "incoming",
+                "edge_types": ["derived_from"], "limit": LINKED_PER_FINDING,
+            }))
+            .await?;
+        // concept-db's 404 for an unknown concept means no neighbours.
+        if answer.status == 404 {
+            return Ok(Vec::new());
+        }
+        let body = ok_body(&answer.body, answer.status, "conceptGraph")?;
+        Ok(body
+            .get("edges")
+            .and_then(Value::as_array)
+            .map(|edges| {
+                edges
+                    .iter()
+                    .filter_map(|e| e.get("neighbor"))
+                    .filter_map(Verdict::from_concept)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+/// Adds rows not already present (by concept id).
+pub fn merge(into: &mut Vec<Verdict>, more: Vec<Verdict>) {
+    for v in more {
+        if !into.iter().any(|x| x.concept_id == v.concept_id) {
+            into.push(v);
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! Verdicts: `finding_verdict` concepts keyed on a finding's `agf_` id (SPEC.md §Verdicts).
+//! Claims are verdicts too; their holder rule lives in `claims.rs`.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::finding::{FINDING_SOURCE_TYPE, Finding, concept_id, created_ms};
+use super::header::{self, Header};
+
+pub const VERDICT_SHAPE: &str = "finding_verdict";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pending {
+    Uncommitted,
+    Unpushed,
+    AwaitingMerge,
+}
+
+impl Pending {
+    fn phrase(self) -> &'static str {
+        match self {
+            Pending::Uncommitted => "uncommitted",
+            Pending::Unpushed => "unpushed",
+            Pending::AwaitingMerge => "awaiting merge",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "pending")]
+pub enum VerdictKind {
+    Fixed,
+    Discarded,
+    Pending(Pending),
+    Claimed,
+    Withdrawn,
+}
+
+impl VerdictKind {
+    /// The `verdict:` line's value.
+    pub fn line(self) -> String {
+        match self {
+            VerdictKind::Fixed => "fixed".into(),
+            VerdictKind::Discarded => "discarded".into(),
+            VerdictKind::Pending(p) => format!("fix pending ({})", p.phrase()),
+            VerdictKind::Claimed => "claimed".into(),
+            VerdictKind::Withdrawn => "claim withdrawn".into(),
+        }
+    }
+
+    /// The summary tag; a reader that knows only fixed and discarded reads the others as no
+    /// verdict, which is what they are to it.
+    fn tag(self) -> &'static str {
+        match self {
+            VerdictKind::Fixed => "[verdict:fixed]",
+            VerdictKind::Discarded => "[verdict:discarded]",
+            VerdictKind::Pending(_) => "[verdict:pending]",
+            VerdictKind::Claimed => "[verdict:claimed]",
+            VerdictKind::Withdrawn => "[verdict:withdrawn]",
+        }
+    }
+
+    fn parse(s: &str) -> Option<VerdictKind> {
+        let s = s.trim().to_ascii_lowercase();
+        Some(match s.as_str() {
+            "fixed" | "endorsed" => VerdictKind::Fixed,
+            "discarded" | "retracted" => VerdictKind::Discarded,
+            "claimed" => VerdictKind::Claimed,
+            "claim withdrawn" | "withdrawn" => VerdictKind::Withdrawn,
+            "fix pending (uncommitted)" => VerdictKind::Pending(Pending::Uncommitted),
+            "fix pending (unpushed)" => VerdictKind::Pending(Pending::Unpushed),
+            "fix pending (awaiting merge)" => VerdictKind::Pending(Pending::AwaitingMerge),
+            _ => return None,
+        })
+    }
+
+    pub fn is_claim_row(self) -> bool {
+        matches!(self, VerdictKind::Claimed | VerdictKind::Withdrawn)
+    }
+}
+
+/// A verdict as recalled; every field from the header block.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    pub concept_id: String,
+    pub seq: i64,
+    pub created_ms: i64,
+    pub kind: VerdictKind,
+    pub finding_ids: Vec<String>,
+    pub reviewed_by: Option<String>,
+    pub session: Option<String>,
+    /// The sha of `fix: commit <sha>`.
+    pub fix_commit: Option<String>,
+    pub fix_branch: Option<String>,
+    pub fix_target: Option<String>,
+    pub claim_minutes: Option<i64>,
+    pub claim_until: Option<String>,
+}
+
+impl Verdict {
+    pub fn from_concept(c: &Value) -> Option<Verdict> {
+        let content = c.get("content").and_then(Value::as_str).unwrap_or_default();
+        let h = Header::parse(content);
+        let kind = VerdictKind::parse(h.get("verdict")?)?;
+        let fix_commit = h
+            .get("fix")
+            .and_then(|f| f.strip_prefix("commit "))
+            .map(|s| s.trim().to_string())
+            .filter(|s| s.len() >= 7 && s.chars().all(|c| c.is_ascii_hexdigit()));
+        Some(Verdict {
+            concept_id: concept_id(c)?,
+            seq: c.get("seq").and_then(Value::as_i64).unwrap_or(0),
+            created_ms: created_ms(c),
+            kind,
+            finding_ids: h.list("finding_ids"),
+            reviewed_by: h.get("reviewed_by").map(str::to_owned),
+            session: h.get("session").map(str::to_owned),
+            fix_commit,
+            fix_branch: h.get("fix_branch").map(str::to_owned),
+            fix_target: h.get("fix_target").map(str::to_owned),
+            claim_minutes: h.get("claim_minutes").and_then(|m| m.parse().ok()),
+            claim_until: h.get("claim_until").map(str::to_owned),
+        })
+    }
+
+    pub fn concerns(&self, f: &Finding) -> bool {
+        self.finding_ids.iter().any(|id| f.has_id(id))
+    }
+}
+
+/// Where a finding stands once its verdicts are weighed.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Standing {
+    Open,
+    Pending { verdict: Verdict },
+    Closed { verdict: Verdict },
+}
+
+impl Standing {
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Standing::Closed { .. })
+    }
+}
+
+/// Weighs a finding's verdicts (anchor: verdict-precedence): a retraction outranks a fix, a fix
+/// with a commit one without, and any fix a pending one; among equals the newest counts.
+/// Claim rows are not verdicts here.
+pub fn standing<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>) -> Standing {
+    let rank = |v: &Verdict| match v.kind {
+        VerdictKind::Discarded => Some(4),
+        VerdictKind::Fixed if v.fix_commit.is_some() => Some(3),
+        VerdictKind::Fixed => Some(2),
+        VerdictKind::Pending(_) => Some(1),
+        VerdictKind::Claimed | VerdictKind::Withdrawn => None,
+    };
+    let best = verdicts
+        .into_iter()
+        .filter_map(|v| rank(v).map(|r| (r, v.seq, v)))
+        .max_by_key(|(r, seq, _)| (*r, *seq));
+    match best {
+        None => Standing::Open,
+        Some((1, _, v)) => Standing::Pending { verdict: v.clone() },
+        Some((_, _, v)) => Standing::Closed { verdict: v.clone() },
+    }
+}
+
+/// A verdict to write; `to_pointer` composes the concept write (anchor: verdict_lines).
+#[derive(Clone, Debug)]
+pub struct NewVerdict<'a> {
+    pub finding: &'a Finding,
+    pub kind: VerdictKind,
+    pub reviewed_by: Option<String>,
+    pub session: String,
+    /// `local` when written against a local seed, `remote` from a recalled concept.
+    pub origin: &'static str,
+    /// Extra lines: fix location, claim length, a withdrawal's reason.
+    pub lines: Vec<(&'static str, String)>,
+}
+
+impl NewVerdict<'_> {
+    pub fn to_pointer(&self) -> Value {
+        let f = self.finding;
+        let mut fields: Vec<(&str, String)> = Vec::new();
+        if let Some(by) = &self.reviewed_by {
+            fields.push(("reviewed_by", by.clone()));
+        }
+        fields.extend([
+            ("session", self.session.clone()),
+            ("verdict", self.kind.line()),
+            ("finding_ids", f.finding_ids.join(", ")),
+            ("finding_concept", f.concept_id.clone()),
+            ("repo", f.repo.clone().unwrap_or_default()),
+            ("repo_name", f.repo_name.clone().unwrap_or_default()),
+            ("files", f.files.join(", ")),
+            ("origin", self.origin.to_string()),
+        ]);
+        fields.extend(self.lines.iter().map(|(k, v)| (*k, v.clone())));
+        json!({
+            "type": "concept_create_write",
+            "conceptData": {
+                "shape": VERDICT_SHAPE,
+                "source_type": FINDING_SOURCE_TYPE,
+                "summary": format!("{} {}", self.kind.tag(), f.summary),
+                "content": header::compose(&fields, ""),
+            }
+        })
+    }
+}
+
+/// `conceptLink_write` tying a verdict to its finding, so a reader whose window the verdict fell
+/// out of still finds it through the finding (anchor: link-verdict).
+pub fn link_pointer(verdict_concept: &str, finding_concept: &str) -> Value {
+    json!({
+        "type": "conceptLink_write",
+        "linkData": {
+            "from_concept_id": verdict_concept,
+            "to_concept_id": finding_concept,
+            "edge_type": "derived_from",
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(kind: VerdictKind, seq: i64, commit: Option<&str>) -> Verdict {
+        Verdict {
+            concept_id: format!("concept_{seq}"),
+            seq,
+            created_ms: seq,
+            kind,
+            finding_ids: vec!["agf_1".into()],
+            reviewed_by: None,
+            session: None,
+            fix_commit: commit.map(str::to_owned),
+            fix_branch: None,
+            fix_target: None,
+            claim_minutes: None,
+            claim_until: None,
+        }
+    }
+
+    #[test]
+    fn precedence_retraction_then_commit_fix_then_fix_then_pending() {
+        let pending = v(VerdictKind::Pending(Pending::Unpushed), 9, None);
+        let fixed = v(VerdictKind::Fixed, 2, None);
+        let fixed_commit = v(VerdictKind::Fixed, 1, Some("abcdef1"));
+        let discarded = v(VerdictKind::Discarded, 0, None);
+        let claim = v(VerdictKind::Claimed, 10, None);
+        assert!(matches!(standing([&claim]), Standing::Open));
+        assert!(matches!(
+            standing([&pending, &claim]),
+            Standing::Pending { .. }
+        ));
+        let Standing::Closed { verdict } = standing([&pending, &fixed]) else {
+            panic!()
+        };
+        assert_eq!(verdict.seq, 2);
+        let Standing::Closed { verdict } = standing([&fixed, &fixed_commit, &pending]) else {
+            panic!()
+        };
+        assert_eq!(verdict.seq, 1);
+        let Standing::Closed { verdict } = standing([&fixed_commit, &discarded]) else {
+            panic!()
+        };
+        assert_eq!(verdict.kind, VerdictKind::Discarded);
+    }
+
+    #[test]
+    fn kinds_round_trip_through_their_lines() {
+        for k in [
+            VerdictKind::Fixed,
+            VerdictKind::Discarded,
+            VerdictKind::Claimed,
+            VerdictKind::Withdrawn,
+            VerdictKind::Pending(Pending::Uncommitted),
+            VerdictKind::Pending(Pending::Unpushed),
+            VerdictKind::Pending(Pending::AwaitingMerge),
+        ] {
+            assert_eq!(VerdictKind::parse(&k.line()), Some(k));
+        }
+    }
+}
