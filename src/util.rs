@@ -95,3 +95,9 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> std::io::Res
     }
     result
 }
+
+pub fn random_u16() -> u16 {
+    let mut b = [0u8; 2];
+    getrandom::fill(&mut b).expect("the OS random source is available on every supported platform");
+    u16::from_le_bytes(b)
+}

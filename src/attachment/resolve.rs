@@ -85,6 +85,34 @@ pub enum ResolveError {
     Anchor { discovery: String, net: NetCause },
     #[error("bad_pointer: {0}")]
     BadPointer(String),
+    /// The producer answered, but not with what the caller asked for.
+    #[error("{shape} answered HTTP {status}: {detail}")]
+    Answer {
+        shape: String,
+        status: u16,
+        detail: String,
+    },
+}
+
+impl Resolved {
+    /// The body of a 2xx answer; any other status as [`ResolveError::Answer`].
+    pub fn ok(self, shape: &str) -> Result<Value, ResolveError> {
+        if (200..300).contains(&self.status) {
+            return Ok(self.body);
+        }
+        let detail = self
+            .body
+            .get("detail")
+            .or_else(|| self.body.get("error"))
+            .and_then(Value::as_str)
+            .unwrap_or("no detail")
+            .to_string();
+        Err(ResolveError::Answer {
+            shape: shape.into(),
+            status: self.status,
+            detail,
+        })
+    }
 }
 
 impl Attachment {

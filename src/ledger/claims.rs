@@ -159,3 +159,198 @@ mod tests {
         assert_eq!(holder(&rows, 13 * 60_000), None);
     }
 }
+
+/// What a claim call did; the reply names it (and the call log's `result`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ClaimOutcome {
+    /// Written, read back, and held by us.
+    Claimed {
+        held: Held,
+    },
+    Renewed {
+        held: Held,
+    },
+    Released,
+    /// Someone else holds it; nothing was written.
+    Held {
+        by: Held,
+    },
+    /// Written, but another claimer's claim began first; ours was withdrawn.
+    Lost {
+        winner: Held,
+    },
+    /// Written, but the read-back never showed it: not reported as held.
+    Unsettled,
+    /// The finding is closed; nothing was written.
+    Closed,
+    /// Refused before anything was written (the line says why).
+    Refused {
+        reason: String,
+    },
+}
+
+impl ClaimOutcome {
+    /// The word the call log and replies use.
+    pub fn word(&self) -> &'static str {
+        match self {
+            ClaimOutcome::Claimed { .. } => "claimed",
+            ClaimOutcome::Renewed { .. } => "renewed",
+            ClaimOutcome::Released => "released",
+            ClaimOutcome::Held { .. } => "held",
+            ClaimOutcome::Lost { .. } => "lost",
+            ClaimOutcome::Unsettled => "unsettled",
+            ClaimOutcome::Closed => "closed",
+            ClaimOutcome::Refused { .. } => "refused",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimAction {
+    Claim,
+    Renew,
+    Release,
+}
+
+/// Pauses before each read-back; a read can miss a row written moments before.
+const READ_BACK_PAUSES_MS: [u64; 4] = [0, 150, 500, 1500];
+
+/// Claims, renews or releases `finding` for `me` (anchor: claim_finding). One rule decides the
+/// holder ([`holder`]); the write is read back before anything is reported as held, and a lost
+/// race is withdrawn at once.
+pub async fn claim_finding(
+    att: &crate::attachment::Attachment,
+    finding: &super::finding::Finding,
+    me: &str,
+    session: &str,
+    minutes: i64,
+    action: ClaimAction,
+) -> Result<ClaimOutcome, crate::attachment::ResolveError> {
+    use super::recall::verdicts_of;
+    use super::verdict::{NewVerdict, standing};
+    use crate::attachment::ResolveError;
+
+    let minutes = minutes.clamp(1, MAX_CLAIM_MINUTES);
+    let rows = verdicts_of(att, finding).await?;
+    if standing(&rows).is_closed() {
+        return Ok(ClaimOutcome::Closed);
+    }
+    let now = crate::util::now_ms();
+    let current = holder(&rows, now);
+    let mine = current.as_ref().is_some_and(|h| h.holder == me);
+    match (action, &current) {
+        (ClaimAction::Claim, Some(h)) if !mine => return Ok(ClaimOutcome::Held { by: h.clone() }),
+        (ClaimAction::Renew | ClaimAction::Release, _) if !mine => {
+            return Ok(ClaimOutcome::Refused {
+                reason: match current {
+                    Some(h) => format!("{} holds this claim, not {me}", h.holder),
+                    None => format!("{me} holds no live claim on this finding"),
+                },
+            });
+        }
+        _ => {}
+    }
+
+    let (kind, lines) = match action {
+        ClaimAction::Release => (
+            VerdictKind::Withdrawn,
+            vec![("reason", "released".to_string())],
+        ),
+        _ => (
+            VerdictKind::Claimed,
+            vec![
+                ("claim_minutes", minutes.to_string()),
+                (
+                    "claim_until",
+                    crate::util::rfc3339_ms(now + minutes * 60_000),
+                ),
+            ],
+        ),
+    };
+    let verdict = NewVerdict {
+        finding,
+        kind,
+        reviewed_by: Some(me.to_string()),
+        session: session.to_string(),
+        origin: "remote",
+        lines,
+    };
+    let written = match write_once_more_on_give_up(att, verdict.to_pointer()).await {
+        Ok(id) => id,
+        Err(e @ ResolveError::KeyReadOnly { .. }) => {
+            return Ok(ClaimOutcome::Refused {
+                reason: e.to_string(),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    if action == ClaimAction::Release {
+        link(att, &written, &finding.concept_id).await;
+        return Ok(ClaimOutcome::Released);
+    }
+
+    for pause in READ_BACK_PAUSES_MS {
+        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+        let rows = verdicts_of(att, finding).await?;
+        if !rows.iter().any(|v| v.concept_id == written) {
+            continue;
+        }
+        return Ok(match holder(&rows, crate::util::now_ms()) {
+            Some(h) if h.holder == me => {
+                link(att, &written, &finding.concept_id).await;
+                if action == ClaimAction::Renew || mine {
+                    ClaimOutcome::Renewed { held: h }
+                } else {
+                    ClaimOutcome::Claimed { held: h }
+                }
+            }
+            Some(winner) => {
+                let withdraw = NewVerdict {
+                    finding,
+                    kind: VerdictKind::Withdrawn,
+                    reviewed_by: Some(me.to_string()),
+                    session: session.to_string(),
+                    origin: "remote",
+                    lines: vec![("reason", format!("lost the claim to {}", winner.holder))],
+                };
+                if let Err(e) = att.resolve(withdraw.to_pointer()).await {
+                    tracing::warn!("withdrawing a lost claim failed ({e}); it lapses by itself");
+                }
+                ClaimOutcome::Lost { winner }
+            }
+            None => ClaimOutcome::Unsettled,
+        });
+    }
+    Ok(ClaimOutcome::Unsettled)
+}
+
+/// Writes a concept and returns its id. A write concept-db gave up on (seen under concurrent
+/// writes) is sent once more after a short random pause: repeating a claim only renews it.
+async fn write_once_more_on_give_up(
+    att: &crate::attachment::Attachment,
+    pointer: serde_json::Value,
+) -> Result<String, crate::attachment::ResolveError> {
+    use crate::attachment::ResolveError;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match super::write_concept(att, pointer.clone()).await {
+            Err(ResolveError::NoProducer(_) | ResolveError::ProducerTimeout { .. })
+                if tries == 1 =>
+            {
+                let jitter = u64::from(crate::util::random_u16() % 400) + 100;
+                tokio::time::sleep(std::time::Duration::from_millis(jitter)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Best-effort `derived_from` link from a settled claim or release to its finding.
+async fn link(att: &crate::attachment::Attachment, from: &str, finding_concept: &str) {
+    let pointer = super::verdict::link_pointer(from, finding_concept);
+    if let Err(e) = att.resolve(pointer).await {
+        tracing::debug!("linking {from} to {finding_concept} failed: {e}");
+    }
+}

@@ -22,19 +22,6 @@ const LINKED_PER_FINDING: u64 = 200;
 /// process reads one page, since paging would only repeat it.
 static OFFSET_IGNORED: AtomicBool = AtomicBool::new(false);
 
-/// Why the ledger could not be read: one line.
-#[derive(Debug, thiserror::Error)]
-pub enum RecallError {
-    #[error(transparent)]
-    Resolve(#[from] ResolveError),
-    #[error("{shape} answered HTTP {status}: {detail}")]
-    Status {
-        shape: String,
-        status: u16,
-        detail: String,
-    },
-}
-
 /// The rows of one shape as far as the window reaches.
 #[derive(Clone, Debug, Default)]
 pub struct Window {
@@ -44,7 +31,7 @@ pub struct Window {
 }
 
 /// `conceptSearch` in list mode, 300 a page, up to four pages (anchor: read_window).
-pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, RecallError> {
+pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, ResolveError> {
     let mut window = Window::default();
     let pages = if OFFSET_IGNORED.load(Ordering::Relaxed) {
         1
@@ -57,7 +44,8 @@ pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, Recall
                 "type": "conceptSearch", "shape": shape, "limit": PAGE, "offset": page * PAGE,
             }))
             .await?;
-        let rows = ok_body(&answer.body, answer.status, "conceptSearch")?
+        let rows = answer
+            .ok("conceptSearch")?
             .get("concepts")
             .and_then(Value::as_array)
             .cloned()
@@ -81,23 +69,6 @@ pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, Recall
 
 fn id(v: &Value) -> Option<&str> {
     v.get("id").and_then(Value::as_str)
-}
-
-fn ok_body<'a>(body: &'a Value, status: u16, shape: &str) -> Result<&'a Value, RecallError> {
-    if (200..300).contains(&status) {
-        Ok(body)
-    } else {
-        Err(RecallError::Status {
-            shape: shape.into(),
-            status,
-            detail: body
-                .get("detail")
-                .or_else(|| body.get("error"))
-                .and_then(Value::as_str)
-                .unwrap_or("no detail")
-                .into(),
-        })
-    }
 }
 
 /// A finding of this repository with its files as named here.
@@ -144,7 +115,7 @@ impl LedgerView {
 pub async fn recall(
     att: &Attachment,
     belongs: impl Fn(&Finding) -> Option<Vec<String>>,
-) -> Result<LedgerView, RecallError> {
+) -> Result<LedgerView, ResolveError> {
     let findings = read_window(att, FINDING_SHAPE).await?;
     let verdicts = read_window(att, VERDICT_SHAPE).await?;
     let mut view = LedgerView {
@@ -199,7 +170,7 @@ where
 pub fn linked_verdicts(
     att: &Attachment,
     finding_concept: &str,
-) -> impl std::future::Future<Output = Result<Vec<Verdict>, RecallError>> + Send + 'static {
+) -> impl std::future::Future<Output = Result<Vec<Verdict>, ResolveError>> + Send + 'static {
     let att = att.clone();
     let concept = finding_concept.to_string();
     async move {
@@ -213,7 +184,7 @@ pub fn linked_verdicts(
         if answer.status == 404 {
             return Ok(Vec::new());
         }
-        let body = ok_body(&answer.body, answer.status, "conceptGraph")?;
+        let body = answer.ok("conceptGraph")?;
         Ok(body
             .get("edges")
             .and_then(Value::as_array)
@@ -235,4 +206,20 @@ pub fn merge(into: &mut Vec<Verdict>, more: Vec<Verdict>) {
             into.push(v);
         }
     }
+}
+
+/// One finding's verdicts and claim rows, fresh: the verdict window plus the rows linked to it.
+pub async fn verdicts_of(
+    att: &Attachment,
+    finding: &Finding,
+) -> Result<Vec<Verdict>, ResolveError> {
+    let window = read_window(att, VERDICT_SHAPE).await?;
+    let mut rows: Vec<Verdict> = window
+        .rows
+        .iter()
+        .filter_map(Verdict::from_concept)
+        .filter(|v| v.concerns(finding))
+        .collect();
+    merge(&mut rows, linked_verdicts(att, &finding.concept_id).await?);
+    Ok(rows.into_iter().filter(|v| v.concerns(finding)).collect())
 }
