@@ -4,6 +4,7 @@
 //! it describes as `path@anchor`.
 
 pub mod attachment;
+pub mod cell;
 pub mod commands;
 pub mod config;
 pub mod env;
