@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod doctor;
 pub mod ledger;
+pub mod task;
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +33,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// The embedded ledger: discovery, identity and concept-db over SQLite.
     Ledger(ledger::LedgerArgs),
+    /// A cell's task: pull, renew, release.
+    Task(task::TaskArgs),
 }
 
 pub async fn run(cli: Cli, mut env: Env) -> CliResult {
@@ -46,5 +49,6 @@ pub async fn run(cli: Cli, mut env: Env) -> CliResult {
         Command::Attach(args) => attach::run(args, env).await,
         Command::Doctor(args) => doctor::run(args, env).await,
         Command::Ledger(args) => ledger::run(args, env).await,
+        Command::Task(args) => task::run(args, env).await,
     }
 }

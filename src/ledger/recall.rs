@@ -223,3 +223,15 @@ pub async fn verdicts_of(
     merge(&mut rows, linked_verdicts(att, &finding.concept_id).await?);
     Ok(rows.into_iter().filter(|v| v.concerns(finding)).collect())
 }
+
+/// One concept by id: the root of `conceptGraph` (anchor: fetch_concept). `None` when the
+/// ledger does not know it.
+pub async fn fetch_concept(att: &Attachment, concept_id: &str) -> Result<Option<Value>, ResolveError> {
+    let answer = att
+        .resolve(json!({ "type": "conceptGraph", "concept_id": concept_id, "limit": 1 }))
+        .await?;
+    if answer.status == 404 {
+        return Ok(None);
+    }
+    Ok(answer.ok("conceptGraph")?.get("root").cloned())
+}
