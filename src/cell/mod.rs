@@ -1,5 +1,37 @@
 //! First-class cell modules: the integration policy, ref validation, task pull, finding close.
 
+pub mod finding_close;
+pub mod fix_location;
 pub mod policy;
+pub mod record;
 pub mod task_claim;
 pub mod task_pull;
+
+/// A failure of a cell command, each with its exit code: 2 for the attachment, 1 otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum CellError {
+    /// The attachment's cause line.
+    #[error("{0}")]
+    NotAttached(String),
+    #[error("{0}")]
+    Failed(String),
+    #[error("git: {0}")]
+    Git(#[from] crate::git::GitError),
+    #[error("the ledger: {0}")]
+    Ledger(#[from] crate::attachment::ResolveError),
+}
+
+/// Settles configuration and runs one attachment attempt, as every one-shot command does.
+pub async fn attach_once(
+    env: &mut crate::env::Env,
+    workspace: &std::path::Path,
+) -> Result<crate::attachment::Attachment, CellError> {
+    let cfg = crate::config::load(env);
+    let net = crate::net::NetClient::from_env(env);
+    let claim = crate::attachment::ClientClaim::from_env(env, workspace);
+    let att = crate::attachment::Attachment::new(cfg, net, claim);
+    match att.attempt().await.cause {
+        Some(cause) => Err(CellError::NotAttached(cause.to_string())),
+        None => Ok(att),
+    }
+}

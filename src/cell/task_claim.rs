@@ -5,14 +5,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::task_pull::PullError;
-use crate::attachment::{Attachment, ClientClaim};
-use crate::config;
+use super::CellError;
 use crate::env::Env;
 use crate::ledger::claims::{self, ClaimAction, ClaimOutcome};
 use crate::ledger::finding::Finding;
 use crate::ledger::recall::fetch_concept;
-use crate::net::NetClient;
 
 /// Renews or releases the claim recorded in `<task_dir>/task.json` (anchor: renew_or_release).
 pub async fn renew_or_release(
@@ -20,16 +17,16 @@ pub async fn renew_or_release(
     action: ClaimAction,
     minutes: Option<i64>,
     mut env: Env,
-) -> Result<ClaimOutcome, PullError> {
+) -> Result<ClaimOutcome, CellError> {
     let path = task_dir.join("task.json");
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        PullError::Failed(format!("{} cannot be read ({e}); run `task pull` first", path.display()))
+        CellError::Failed(format!("{} cannot be read ({e}); run `task pull` first", path.display()))
     })?;
     let task: Value = serde_json::from_str(&text)
-        .map_err(|e| PullError::Failed(format!("{} is not valid JSON ({e})", path.display())))?;
+        .map_err(|e| CellError::Failed(format!("{} is not valid JSON ({e})", path.display())))?;
     let field = |k: &str| {
         task.get(k).and_then(Value::as_str).map(str::to_owned).ok_or_else(|| {
-            PullError::Failed(format!("{} has no {k}; it was not written by task pull", path.display()))
+            CellError::Failed(format!("{} has no {k}; it was not written by task pull", path.display()))
         })
     };
     let (concept_id, holder, session) = (field("concept_id")?, field("vessel_id")?, field("session")?);
@@ -37,17 +34,12 @@ pub async fn renew_or_release(
         .or_else(|| task.pointer("/claim/minutes").and_then(Value::as_i64))
         .unwrap_or(claims::DEFAULT_CLAIM_MINUTES);
 
-    let cfg = config::load(&mut env);
-    let net = NetClient::from_env(&env);
-    let claim = ClientClaim::from_env(&env, env.cwd());
-    let att = Attachment::new(cfg, net, claim);
-    if let Some(cause) = att.attempt().await.cause {
-        return Err(PullError::NotAttached(cause.to_string()));
-    }
+    let cwd = env.cwd().to_path_buf();
+    let att = super::attach_once(&mut env, &cwd).await?;
     let finding = fetch_concept(&att, &concept_id)
         .await?
         .as_ref()
         .and_then(Finding::from_concept)
-        .ok_or_else(|| PullError::Failed(format!("the ledger has no task {concept_id}")))?;
+        .ok_or_else(|| CellError::Failed(format!("the ledger has no task {concept_id}")))?;
     Ok(claims::claim_finding(&att, &finding, &holder, &session, minutes, action).await?)
 }

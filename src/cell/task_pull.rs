@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::policy::{self, CONVENTION_SHAPE, Convention, Policy, TrustList};
 use super::refname::validate_ref;
-use crate::attachment::{Attachment, ClientClaim, ResolveError, vessel_id};
-use crate::config;
+use super::CellError;
+use crate::attachment::{Attachment, ResolveError, vessel_id};
 use crate::env::Env;
 use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, Held};
 use crate::ledger::finding::Finding;
@@ -18,7 +18,6 @@ use crate::ledger::header::{Header, find_line};
 use crate::ledger::recall::{self, LedgerView, Recalled};
 use crate::ledger::repo_identity::{OriginAliases, identity_of_origin};
 use crate::ledger::verdict::Standing;
-use crate::net::NetClient;
 use crate::util::{now_ms, rfc3339_ms, write_atomic};
 
 /// How soon to look again when a claim did not settle either way.
@@ -66,35 +65,17 @@ pub struct PullReport {
     pub candidates: Vec<Candidate>,
 }
 
-/// A failure of the pull itself, each with its exit code.
-#[derive(Debug, thiserror::Error)]
-pub enum PullError {
-    #[error("{0}")]
-    NotAttached(String),
-    #[error("task pull: {0}")]
-    Failed(String),
-    #[error("task pull: reading the ledger failed: {0}")]
-    Ledger(#[from] ResolveError),
-}
-
 /// Runs the pull (anchor: run_task_pull).
-pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, PullError> {
+pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellError> {
     for dir in [&opts.task_dir, &opts.work_dir] {
         ensure_empty(dir)?;
     }
-    let cfg = config::load(&mut env);
-    let net = NetClient::from_env(&env);
     let work_abs = absolute(&env, &opts.work_dir);
-    let claim = ClientClaim::from_env(&env, &work_abs);
-    let att = Attachment::new(cfg, net, claim.clone());
-    let state = att.attempt().await;
-    if let Some(cause) = &state.cause {
-        return Err(PullError::NotAttached(cause.to_string()));
-    }
+    let att = super::attach_once(&mut env, &work_abs).await?;
     let Some(me) = vessel_id(&env, &work_abs) else {
-        return Err(PullError::Failed("no vessel identity: set VESSEL_ID or an API key".into()));
+        return Err(CellError::Failed("no vessel identity: set VESSEL_ID or an API key".into()));
     };
-    let session = claim.session.clone();
+    let session = att.claim().session.clone();
 
     let repository = identity_of_origin(&opts.origin);
     let aliases = OriginAliases::new(&repository);
@@ -147,7 +128,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, PullErro
                 continue;
             }
             // A claim can only be refused for the key itself (read-only): no task can be taken.
-            ClaimOutcome::Refused { reason } => return Err(PullError::Failed(reason.clone())),
+            ClaimOutcome::Refused { reason } => return Err(CellError::Failed(reason.clone())),
             ClaimOutcome::Closed | ClaimOutcome::Released => {
                 report.candidates.push(candidate(f, outcome.word(), None));
                 continue;
@@ -181,7 +162,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, PullErro
                 withdraw(&att, f, &me, &session, &why).await;
                 clear(&opts.work_dir);
                 clear(&opts.task_dir);
-                return Err(PullError::Failed(format!("{why}; the claim on {} was withdrawn", f.id())));
+                return Err(CellError::Failed(format!("{why}; the claim on {} was withdrawn", f.id())));
             }
         }
     }
@@ -223,17 +204,17 @@ fn absolute(env: &Env, p: &Path) -> PathBuf {
 }
 
 /// A task never reuses a directory: each must be empty or missing.
-fn ensure_empty(dir: &Path) -> Result<(), PullError> {
+fn ensure_empty(dir: &Path) -> Result<(), CellError> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => match entries.next() {
             None => Ok(()),
-            Some(_) => Err(PullError::Failed(format!(
+            Some(_) => Err(CellError::Failed(format!(
                 "{} is not empty; a cell starts from empty task and work directories",
                 dir.display()
             ))),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(PullError::Failed(format!("{} cannot be read: {e}", dir.display()))),
+        Err(e) => Err(CellError::Failed(format!("{} cannot be read: {e}", dir.display()))),
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod doctor;
+pub mod finding;
 pub mod ledger;
 pub mod task;
 
@@ -31,6 +32,8 @@ pub enum Command {
     Attach(attach::AttachArgs),
     /// Diagnose configuration, network path and attachment.
     Doctor(doctor::DoctorArgs),
+    /// Findings: close by commit, record.
+    Finding(finding::FindingArgs),
     /// The embedded ledger: discovery, identity and concept-db over SQLite.
     Ledger(ledger::LedgerArgs),
     /// A cell's task: pull, renew, release.
@@ -48,6 +51,7 @@ pub async fn run(cli: Cli, mut env: Env) -> CliResult {
     match cli.command {
         Command::Attach(args) => attach::run(args, env).await,
         Command::Doctor(args) => doctor::run(args, env).await,
+        Command::Finding(args) => finding::run(args, env).await,
         Command::Ledger(args) => ledger::run(args, env).await,
         Command::Task(args) => task::run(args, env).await,
     }

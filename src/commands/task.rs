@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::cell::task_claim::renew_or_release;
-use crate::cell::task_pull::{self, PullError, PullOptions, PullStatus};
+use crate::cell::CellError;
+use crate::cell::task_pull::{self, PullOptions, PullStatus};
 use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
 use crate::ledger::claims::{ClaimAction, ClaimOutcome};
@@ -72,14 +73,14 @@ pub async fn run(args: TaskArgs, env: Env) -> CliResult {
     }
 }
 
-fn map_err(e: PullError) -> CliError {
+pub(crate) fn map_err(context: &str, e: CellError) -> CliError {
     match e {
-        PullError::NotAttached(line) => CliError::not_attached(line),
-        other => CliError::failure(other.to_string()),
+        CellError::NotAttached(line) => CliError::not_attached(line),
+        other => CliError::failure(format!("{context}: {other}")),
     }
 }
 
-fn print_json(v: &impl serde::Serialize) -> Result<(), CliError> {
+pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(v)
         .map_err(|e| CliError::failure(format!("cannot render the reply as JSON: {e}")))?;
     println!("{text}");
@@ -95,7 +96,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
         trust: a.trust,
         progress: std::io::stderr().is_terminal(),
     };
-    let report = task_pull::run(opts, env).await.map_err(map_err)?;
+    let report = task_pull::run(opts, env).await.map_err(|e| map_err("task pull", e))?;
     if a.json {
         print_json(&report)?;
     } else {
@@ -116,7 +117,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
 }
 
 async fn claim(a: ClaimArgs, action: ClaimAction, env: Env) -> CliResult {
-    let outcome = renew_or_release(&a.task_dir, action, a.minutes, env).await.map_err(map_err)?;
+    let outcome = renew_or_release(&a.task_dir, action, a.minutes, env).await.map_err(|e| map_err("task", e))?;
     if a.json {
         print_json(&outcome)?;
     } else {

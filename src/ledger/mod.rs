@@ -5,6 +5,7 @@ pub mod claims;
 pub mod finding;
 pub mod header;
 pub mod recall;
+pub mod record;
 pub mod verdict;
 
 use crate::attachment::{Attachment, ResolveError};

@@ -1,0 +1,382 @@
+//! `finding close`: close the findings a range of commits names in `Fixes-Finding:` trailers,
+//! once the fix is merged into the target (SPEC.md §finding close). Pending, reverted and
+//! unpushed fixes are reported, never closed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::fix_location::check_fix_commit;
+use super::CellError;
+use crate::attachment::{Attachment, vessel_id};
+use crate::env::Env;
+use crate::git::{GitError, Repo};
+use crate::ledger::finding::Finding;
+use crate::ledger::recall::{self, LedgerView};
+use crate::ledger::repo_identity::{WorkspaceAliases, repo_identity};
+use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind};
+use crate::trailers::{fixes_finding_ids, mentions_trailer_line};
+
+pub const TRAILER: &str = "Fixes-Finding";
+
+#[derive(Clone, Debug)]
+pub enum Commits {
+    /// A file of commit ids, one per line (what `git rev-list` prints).
+    File(PathBuf),
+    /// A range such as `origin/main..HEAD`.
+    Range(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct CloseOptions {
+    pub commits: Commits,
+    pub target: Option<String>,
+    pub work_dir: PathBuf,
+    pub task: Option<PathBuf>,
+}
+
+/// How the fix reached the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Via {
+    /// The commit itself is in the target's history.
+    Commit,
+    /// A target commit carries the same `Fixes-Finding:` line (a squash merge).
+    Trailer,
+    /// A target commit makes the same change without the line (a cherry-pick that dropped it).
+    PatchId,
+    /// A revert of the revert put it back.
+    Reapplied,
+}
+
+/// What `finding close` did for one finding.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    Closed { commit: String, via: Via, verdict: String },
+    Pending { commit: String, branches: Vec<String>, verdict: Option<String> },
+    Reverted { commit: String, reverted_by: String },
+    Unpushed { commit: String },
+    NotOpen { why: String },
+    Refused { why: String },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FindingReport {
+    pub finding_id: String,
+    pub commits: Vec<String>,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CloseReport {
+    pub target: String,
+    pub commits: usize,
+    pub findings: Vec<FindingReport>,
+}
+
+/// Runs the close (anchor: run_finding_close).
+pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellError> {
+    let work = if opts.work_dir.is_absolute() { opts.work_dir.clone() } else { env.cwd().join(&opts.work_dir) };
+    let repo = Repo::discover(&work)?
+        .ok_or_else(|| CellError::Failed(format!("{} is not a git checkout", work.display())))?;
+    let workdir = repo.workdir().unwrap_or(work.clone());
+    let task = read_task(opts.task.as_ref())?;
+
+    let commits = match &opts.commits {
+        Commits::Range(r) => repo.rev_list(r)?,
+        Commits::File(f) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| CellError::Failed(format!("{} cannot be read: {e}", f.display())))?;
+            let mut out = Vec::new();
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                out.push(repo.resolve(line)?.ok_or_else(|| {
+                    CellError::Failed(format!("commit {line} (from {}) is not in this checkout", f.display()))
+                })?);
+            }
+            out
+        }
+    };
+    // Which findings the commits claim to fix; only ids and shas ever leave the machine.
+    let mut named: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for sha in &commits {
+        for id in fixes_finding_ids(&repo.commit(sha)?.message) {
+            named.entry(id).or_default().push(sha.clone());
+        }
+    }
+
+    let target = opts
+        .target
+        .clone()
+        .or_else(|| task.as_ref().and_then(|t| t.pointer("/policy/target")).and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| "main".into());
+    // A stale view of the origin could misjudge what is merged: fetch first, write nothing if
+    // that fails.
+    repo.fetch("origin").map_err(|e| CellError::Failed(format!("{e}; nothing was written")))?;
+    let target_ref = format!("origin/{target}");
+    let tip = repo
+        .resolve(&target_ref)?
+        .ok_or_else(|| CellError::Failed(format!("origin has no branch {target}; nothing was written")))?;
+
+    let mut report = CloseReport { target: target.clone(), commits: commits.len(), findings: Vec::new() };
+    if named.is_empty() {
+        return Ok(report);
+    }
+
+    let att = super::attach_once(&mut env, &workdir).await?;
+    let me = task
+        .as_ref()
+        .and_then(|t| t.get("vessel_id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| vessel_id(&env, &workdir));
+    let session = task
+        .as_ref()
+        .and_then(|t| t.get("session"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| att.claim().session.clone());
+
+    let identity = repo_identity(&workdir);
+    let aliases = WorkspaceAliases::new(&identity, &workdir);
+    let view = recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref(), &f.files)).await?;
+    let history = TargetHistory::scan(&repo, &tip)?;
+
+    for (id, shas) in named {
+        let outcome = match view.findings.iter().find(|r| r.finding.has_id(&id)) {
+            None => Outcome::NotOpen {
+                why: "no open finding of this repository has this id; nothing was written".into(),
+            },
+            Some(r) => {
+                let ctx = Ctx { att: &att, view: &view, me: me.clone(), session: &session, target: &target };
+                judge_and_write(&ctx, &repo, &history, &target_ref, &r.finding, &r.files, &id, &shas).await?
+            }
+        };
+        report.findings.push(FindingReport { finding_id: id, commits: shas, outcome });
+    }
+    Ok(report)
+}
+
+fn read_task(path: Option<&PathBuf>) -> Result<Option<Value>, CellError> {
+    let Some(p) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| CellError::Failed(format!("{} cannot be read: {e}", p.display())))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| CellError::Failed(format!("{} is not valid JSON: {e}", p.display())))
+}
+
+struct Ctx<'a> {
+    att: &'a Attachment,
+    view: &'a LedgerView,
+    me: Option<String>,
+    session: &'a str,
+    target: &'a str,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn judge_and_write(
+    ctx: &Ctx<'_>,
+    repo: &Repo,
+    history: &TargetHistory,
+    target_ref: &str,
+    finding: &Finding,
+    files: &[String],
+    id: &str,
+    shas: &[String],
+) -> Result<Outcome, CellError> {
+    let standing = ctx.view.standing(finding);
+    if standing.is_closed() {
+        return Ok(Outcome::NotOpen { why: "the finding is already closed; nothing was written".into() });
+    }
+    match history.judge(repo, id, shas)? {
+        Landing::Merged { commit, via } => {
+            let location = match check_fix_commit(repo, finding, files, &commit, target_ref) {
+                Ok(l) => l,
+                Err(e) => return Ok(Outcome::Refused { why: format!("{e}; nothing was written") }),
+            };
+            let mut lines = location.lines;
+            lines.push(("fix_via", serde_json::to_value(via).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()));
+            lines.push(("fix_target", ctx.target.to_string()));
+            let verdict = write_verdict(ctx, finding, VerdictKind::Fixed, lines).await?;
+            // The fix credits the finding's concept, as an endorse does.
+            let usage = json!({"type": "conceptUsage_write", "usageData": {
+                "concept_id": finding.concept_id, "trace_id": format!("finding-close:{commit}"), "outcome": "success"}});
+            if let Err(e) = ctx.att.resolve(usage).await {
+                tracing::warn!("recording the fix's relevance failed: {e}");
+            }
+            Ok(Outcome::Closed { commit, via, verdict })
+        }
+        Landing::Reverted { commit, reverted_by } => Ok(Outcome::Reverted { commit, reverted_by }),
+        Landing::NotMerged => {
+            let commit = shas[0].clone();
+            let mut branches = Vec::new();
+            for sha in shas {
+                branches.extend(repo.remote_branches_containing(sha, "origin")?);
+            }
+            branches.sort();
+            branches.dedup();
+            if branches.is_empty() {
+                return Ok(Outcome::Unpushed { commit });
+            }
+            // One pending verdict per fix and target is enough.
+            if let Standing::Pending { verdict: v } = &standing
+                && v.fix_commit.as_deref() == Some(commit.as_str())
+                && v.fix_target.as_deref() == Some(ctx.target)
+            {
+                return Ok(Outcome::Pending { commit, branches, verdict: None });
+            }
+            let lines = vec![
+                ("fix", format!("commit {commit}")),
+                ("fix_branch", branches.join(", ")),
+                ("fix_target", ctx.target.to_string()),
+            ];
+            let verdict = write_verdict(ctx, finding, VerdictKind::Pending(Pending::AwaitingMerge), lines).await?;
+            Ok(Outcome::Pending { commit, branches, verdict: Some(verdict) })
+        }
+    }
+}
+
+async fn write_verdict(
+    ctx: &Ctx<'_>,
+    finding: &Finding,
+    kind: VerdictKind,
+    lines: Vec<(&'static str, String)>,
+) -> Result<String, CellError> {
+    let nv = NewVerdict {
+        finding,
+        kind,
+        reviewed_by: ctx.me.clone(),
+        session: ctx.session.to_string(),
+        origin: "remote",
+        lines,
+    };
+    let id = crate::ledger::write_concept(ctx.att, nv.to_pointer()).await?;
+    if let Err(e) = ctx.att.resolve(verdict::link_pointer(&id, &finding.concept_id)).await {
+        tracing::debug!("linking verdict {id} failed: {e}");
+    }
+    Ok(id)
+}
+
+/// What the target's history says about one finding's fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Landing {
+    Merged { commit: String, via: Via },
+    Reverted { commit: String, reverted_by: String },
+    NotMerged,
+}
+
+struct Entry {
+    sha: String,
+    committer_time: i64,
+    message: String,
+}
+
+/// The target's history read once, newest first (anchor: TargetHistory).
+pub struct TargetHistory {
+    entries: Vec<Entry>,
+    index: HashMap<String, usize>,
+    /// Reverted sha → the commits that revert it.
+    reverts: HashMap<String, Vec<usize>>,
+}
+
+impl TargetHistory {
+    pub fn scan(repo: &Repo, tip: &str) -> Result<TargetHistory, GitError> {
+        let mut entries = Vec::new();
+        for c in repo.history(tip)? {
+            let c = c?;
+            entries.push(Entry { sha: c.sha, committer_time: c.committer_time, message: c.message });
+        }
+        let index = entries.iter().enumerate().map(|(i, e)| (e.sha.clone(), i)).collect();
+        let mut reverts: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            for reverted in reverted_shas(&e.message) {
+                reverts.entry(reverted).or_default().push(i);
+            }
+        }
+        Ok(TargetHistory { entries, index, reverts })
+    }
+
+    /// Weighs landings and reverts in history order (anchor: judge): the last event wins, so a
+    /// fix reverted and then re-applied is merged, not reverted.
+    pub fn judge(&self, repo: &Repo, id: &str, fixes: &[String]) -> Result<Landing, GitError> {
+        // Landings: the fix commits themselves, and target commits carrying the same line.
+        let mut landings: Vec<(usize, Via)> = fixes
+            .iter()
+            .filter_map(|s| self.index.get(s).map(|i| (*i, Via::Commit)))
+            .collect();
+        for (i, e) in self.entries.iter().enumerate() {
+            if mentions_trailer_line(&e.message, TRAILER, id) && !landings.iter().any(|(j, _)| *j == i) {
+                landings.push((i, Via::Trailer));
+            }
+        }
+        let state = self.replay(&landings);
+        if matches!(state, Landing::Merged { .. }) {
+            return Ok(state);
+        }
+        // A cherry-pick that dropped the line: the same change, after the fix was written.
+        for fix in fixes {
+            let Some(pid) = repo.patch_id(fix)? else { continue };
+            let since = repo.commit(fix)?.committer_time - 120;
+            for (i, e) in self.entries.iter().enumerate() {
+                if e.committer_time < since || landings.iter().any(|(j, _)| *j == i) {
+                    continue;
+                }
+                if repo.patch_id(&e.sha)?.as_deref() == Some(pid.as_str()) {
+                    landings.push((i, Via::PatchId));
+                }
+            }
+        }
+        Ok(self.replay(&landings))
+    }
+
+    /// Replays landings, reverts and reverts of reverts, oldest first.
+    fn replay(&self, landings: &[(usize, Via)]) -> Landing {
+        #[derive(Clone, Copy)]
+        enum Ev {
+            Land(usize, Via),
+            Revert(usize, usize),
+            Reapply(usize),
+        }
+        let mut events: Vec<(usize, Ev)> = landings.iter().map(|(i, v)| (*i, Ev::Land(*i, *v))).collect();
+        for (i, _) in landings {
+            for r in self.reverts.get(&self.entries[*i].sha).into_iter().flatten() {
+                events.push((*r, Ev::Revert(*r, *i)));
+                for rr in self.reverts.get(&self.entries[*r].sha).into_iter().flatten() {
+                    events.push((*rr, Ev::Reapply(*rr)));
+                }
+            }
+        }
+        // Larger index = older.
+        events.sort_by(|a, b| b.0.cmp(&a.0));
+        let mut state = Landing::NotMerged;
+        for (_, ev) in events {
+            state = match ev {
+                Ev::Land(i, via) => Landing::Merged { commit: self.entries[i].sha.clone(), via },
+                Ev::Revert(r, i) => Landing::Reverted {
+                    commit: self.entries[i].sha.clone(),
+                    reverted_by: self.entries[r].sha.clone(),
+                },
+                Ev::Reapply(rr) => Landing::Merged { commit: self.entries[rr].sha.clone(), via: Via::Reapplied },
+            };
+        }
+        state
+    }
+}
+
+/// The shas a message says it reverts (`This reverts commit <sha>`, as `git revert` writes).
+fn reverted_shas(message: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = message;
+    while let Some(i) = rest.find("This reverts commit ") {
+        rest = &rest[i + "This reverts commit ".len()..];
+        let sha: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+        if sha.len() == 40 || sha.len() == 64 {
+            out.push(sha.to_ascii_lowercase());
+        }
+    }
+    out
+}

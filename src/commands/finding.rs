@@ -1,0 +1,146 @@
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::task::{map_err, print_json};
+use crate::cell::finding_close::{self, CloseOptions, Commits, Outcome};
+use crate::cell::record::{self, RecordOptions, RecordOutcome};
+use crate::env::Env;
+use crate::error::{CliError, CliResult, Exit};
+use crate::ledger::finding::Severity;
+
+/// Findings on the shared ledger: close them by commit, or record one.
+#[derive(Debug, Args)]
+pub struct FindingArgs {
+    #[command(subcommand)]
+    pub command: FindingCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FindingCommand {
+    /// Close the findings the commits name in `Fixes-Finding:` trailers, once merged into the
+    /// target; pending, reverted and unpushed fixes are reported, never closed.
+    Close(CloseArgs),
+    /// Record a finding (or, with --category task, a task) and print its ids.
+    Record(RecordArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["commits_from", "commits"]))]
+pub struct CloseArgs {
+    /// A file of commit ids, one per line (`git rev-list origin/<target>..HEAD > FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub commits_from: Option<PathBuf>,
+    /// A commit range, e.g. `origin/main..HEAD`, after your own push.
+    #[arg(long, value_name = "RANGE")]
+    pub commits: Option<String>,
+    /// The branch the fix must be merged into (default: the task's policy, else main).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// The checkout to read.
+    #[arg(long, default_value = ".")]
+    pub work_dir: PathBuf,
+    /// task.json from `task pull`: its policy's target and the cell's identity.
+    #[arg(long, value_name = "TASK_JSON")]
+    pub task: Option<PathBuf>,
+    /// Print the reply as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// A file the finding is about (repeat for several).
+    #[arg(long = "file", required = true, value_name = "PATH")]
+    pub files: Vec<String>,
+    /// One-line description.
+    #[arg(long)]
+    pub summary: String,
+    /// CRITICAL, HIGH, MEDIUM, LOW or INFO.
+    #[arg(long)]
+    pub severity: Severity,
+    /// A slug: security, correctness, task, …
+    #[arg(long)]
+    pub category: String,
+    /// Longer explanation; for a task, its policy lines (`ref:`, `push_to:`, …).
+    #[arg(long, default_value = "")]
+    pub details: String,
+    #[arg(long)]
+    pub line_start: Option<u32>,
+    #[arg(long)]
+    pub line_end: Option<u32>,
+    /// Record even when the same finding is already open.
+    #[arg(long)]
+    pub force: bool,
+    /// Record for this origin's repository (a coordinator with no checkout).
+    #[arg(long, value_name = "GIT_URL")]
+    pub origin: Option<String>,
+    /// The checkout whose repository the finding belongs to.
+    #[arg(long, default_value = ".")]
+    pub work_dir: PathBuf,
+    /// Print the reply as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(args: FindingArgs, env: Env) -> CliResult {
+    match args.command {
+        FindingCommand::Close(a) => close(a, env).await,
+        FindingCommand::Record(a) => record(a, env).await,
+    }
+}
+
+async fn close(a: CloseArgs, env: Env) -> CliResult {
+    let commits = match (a.commits_from, a.commits) {
+        (Some(f), _) => Commits::File(f),
+        (None, Some(r)) => Commits::Range(r),
+        (None, None) => return Err(CliError::failure("finding close: give --commits-from FILE or --commits RANGE")),
+    };
+    let opts = CloseOptions { commits, target: a.target, work_dir: a.work_dir, task: a.task };
+    let report = finding_close::run(opts, env).await.map_err(|e| map_err("finding close", e))?;
+    if a.json {
+        print_json(&report)?;
+    } else {
+        println!("target origin/{}; {} commit(s); {} finding(s) named", report.target, report.commits, report.findings.len());
+        for f in &report.findings {
+            let line = match &f.outcome {
+                Outcome::Closed { commit, via, verdict } => format!("closed    fixed in {commit} (via {via:?}); verdict {verdict}"),
+                Outcome::Pending { commit, branches, .. } => format!("pending   {commit} is on {} but not merged into {}", branches.join(", "), report.target),
+                Outcome::Reverted { commit, reverted_by } => format!("reverted  {commit} was reverted by {reverted_by}; not closed"),
+                Outcome::Unpushed { commit } => format!("unpushed  {commit} is on no remote branch; push it, then run finding close again"),
+                Outcome::NotOpen { why } => format!("not open  {why}"),
+                Outcome::Refused { why } => format!("refused   {why}"),
+            };
+            println!("{} {line}", f.finding_id);
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+async fn record(a: RecordArgs, env: Env) -> CliResult {
+    let opts = RecordOptions {
+        files: a.files,
+        summary: a.summary,
+        details: a.details,
+        severity: a.severity,
+        category: a.category,
+        line_start: a.line_start,
+        line_end: a.line_end,
+        force: a.force,
+        origin: a.origin,
+        work_dir: a.work_dir,
+    };
+    let outcome = record::run(opts, env).await.map_err(|e| map_err("finding record", e))?;
+    if a.json {
+        print_json(&outcome)?;
+    } else {
+        match &outcome {
+            RecordOutcome::Recorded { concept_id, finding_ids, .. } => println!("{} {concept_id}", finding_ids.join(" ")),
+            RecordOutcome::AlreadyRecorded { id, summary, files, .. } => println!(
+                "Already recorded (open): {id} — add details there, or pass --force. {summary} ({})",
+                files.join(", ")
+            ),
+        }
+    }
+    Ok(Exit::Ok)
+}
