@@ -5,3 +5,4 @@ mod ledger;
 mod net;
 mod spec;
 mod support;
+mod cell;

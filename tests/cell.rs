@@ -1,0 +1,357 @@
+//! The cell lifecycle end to end: `finding record` → `task pull` → fix, commit, push →
+//! `finding close`, on real bare repositories over real transports, against a real ledger.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::support::{Ledger, Output, TestEnv, git_daemon};
+
+struct World {
+    env: TestEnv,
+    ledger: Ledger,
+    bare: PathBuf,
+    url: String,
+}
+
+fn world() -> World {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let (bare, url) = env.origin(
+        "app",
+        &[("a.py", "def a():\n    return 1\n"), ("b.py", "def b():\n    return 2\n"), ("c.py", "x = 3\n")],
+    );
+    World { env, ledger, bare, url }
+}
+
+fn json_out(out: &Output) -> Value {
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+impl World {
+    fn record_task(&self, file: &str, summary: &str, details: &str) -> String {
+        let out = self.env.run(&[
+            "finding", "record", "--origin", &self.url, "--file", file, "--summary", summary,
+            "--severity", "HIGH", "--category", "task", "--details", details, "--json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let v = json_out(&out);
+        assert_eq!(v["outcome"], "recorded", "{v}");
+        v["finding_ids"][0].as_str().unwrap().to_string()
+    }
+
+    fn dirs(&self, cell: &str) -> (PathBuf, PathBuf) {
+        (self.env.path(&format!("{cell}/task")), self.env.path(&format!("{cell}/work")))
+    }
+
+    fn pull(&self, cell: &str, extra: &[&str]) -> (Output, Value) {
+        let (task, work) = self.dirs(cell);
+        let (t, w) = (task.display().to_string(), work.display().to_string());
+        let mut args = vec!["task", "pull", "--origin", &self.url, "--task-dir", &t, "--work-dir", &w, "--json"];
+        args.extend_from_slice(extra);
+        let out = self.env.run(&args);
+        let v = if out.stdout.trim().is_empty() { Value::Null } else { json_out(&out) };
+        (out, v)
+    }
+
+    /// Edits `file` in the cell's clone and commits with the trailer; returns the sha.
+    fn fix(&self, work: &Path, file: &str, id: &str, subject: &str) -> String {
+        let p = work.join(file);
+        let mut text = std::fs::read_to_string(&p).unwrap();
+        text.push_str(&format!("# fixed: {subject}\n"));
+        std::fs::write(&p, text).unwrap();
+        self.env.git(work, &["commit", "-q", "-am", &format!("{subject}\n\nFixes-Finding: {id}")]);
+        self.env.git(work, &["rev-parse", "HEAD"])
+    }
+
+    fn close(&self, work: &Path, extra: &[&str]) -> (Output, Value) {
+        let w = work.display().to_string();
+        let mut args = vec!["finding", "close", "--work-dir", &w, "--json"];
+        args.extend_from_slice(extra);
+        let out = self.env.run(&args);
+        let v = if out.code == 0 { json_out(&out) } else { Value::Null };
+        (out, v)
+    }
+
+    fn verdicts(&self) -> Vec<Value> {
+        let key = serde_json::from_str::<Value>(
+            &std::fs::read_to_string(self.env.home().join(".substrate/config.json")).unwrap(),
+        )
+        .unwrap()["metabob"]["apiKey"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let url = self.ledger.url.clone();
+        tokio::runtime::Runtime::new().unwrap().block_on(async move {
+            use metabob_mcp::net::{NetClient, Request, Url};
+            let net = NetClient::from_env(&metabob_mcp::env::Env::new(Vec::new(), "/"));
+            let body = json!({"pointer": {"type": "conceptSearch", "shape": "finding_verdict", "limit": 1000}});
+            let r = net
+                .send(Request::post_json(Url::parse(&url).unwrap().join("/resolve"), &body).header("authorization", format!("ApiKey {key}")))
+                .await
+                .unwrap();
+            r.json().unwrap()["concepts"].as_array().unwrap().clone()
+        })
+    }
+
+    fn verdict_kinds(&self) -> Vec<String> {
+        self.verdicts()
+            .iter()
+            .filter_map(|c| c["content"].as_str())
+            .filter_map(|c| c.lines().find_map(|l| l.strip_prefix("verdict: ")).map(str::to_owned))
+            .collect()
+    }
+}
+
+fn outcome_of(report: &Value, id: &str) -> Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["finding_id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} not in {report}"))
+}
+
+#[test]
+fn a_cell_pulls_fixes_pushes_and_closes_over_git_daemon() {
+    let mut w = world();
+    let (prefix, _daemon) = git_daemon(&w.env, w.bare.parent().unwrap());
+    w.url = format!("{prefix}app.git");
+    let id = w.record_task("a.py", "make a() return 2", "ref: main\nThe caller expects 2.");
+    let (out, v) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(v["status"], "pulled");
+    let (task_dir, work) = w.dirs("c1");
+    let task: Value = serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap()).unwrap();
+    assert_eq!(task["task_id"], id.as_str());
+    assert_eq!(task["ref"], "main");
+    assert_eq!(task["files"], json!(["a.py"]));
+    assert_eq!(task["policy"]["push_branch"], "main");
+    assert_eq!(task["policy"]["push_to"]["source"]["from"], "default");
+    assert_eq!(task["trust"]["defaulted"], true);
+    assert_eq!(task["base"], w.env.git(&work, &["rev-parse", "HEAD"]).as_str());
+    assert!(std::fs::read_to_string(task_dir.join("context.md")).unwrap().contains("The caller expects 2."));
+    assert_eq!(v["candidates"][0]["outcome"], "claimed");
+
+    w.fix(&work, "a.py", &id, "a returns 2");
+    let commits = task_dir.join("commits");
+    std::fs::write(&commits, w.env.git(&work, &["rev-list", "origin/main..HEAD"])).unwrap();
+    w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let c = commits.display().to_string();
+    let t = task_dir.join("task.json").display().to_string();
+    let (out, report) = w.close(&work, &["--commits-from", &c, "--task", &t]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(outcome_of(&report, &id)["outcome"], "closed", "{report}");
+    assert_eq!(outcome_of(&report, &id)["via"], "commit");
+    assert_eq!(w.verdict_kinds().iter().filter(|k| *k == "fixed").count(), 1);
+    // Closing again writes nothing more; the next cell finds nothing open.
+    let (_, again) = w.close(&work, &["--commits-from", &c]);
+    assert_eq!(outcome_of(&again, &id)["outcome"], "not_open");
+    let (out, v) = w.pull("c2", &[]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!(v["status"], "nothing_open");
+}
+
+#[test]
+fn a_squash_merge_closes_through_the_trailer_line_in_its_body() {
+    let w = world();
+    let id = w.record_task("b.py", "b returns 3", "");
+    let (out, _) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, work) = w.dirs("c1");
+    w.env.git(&work, &["checkout", "-q", "-b", "feature"]);
+    let fix = w.fix(&work, "b.py", &id, "b returns 3");
+    w.env.git(&work, &["push", "-q", "origin", "feature"]);
+    // The squash: one new commit on main whose body concatenates the source messages.
+    w.env.git(&work, &["checkout", "-q", "main"]);
+    w.env.git(&work, &["merge", "-q", "--squash", "feature"]);
+    w.env.git(&work, &["commit", "-q", "-m", &format!("Squashed feature (#7)\n\n* b returns 3\n\nFixes-Finding: {id}\n\nReviewed-by: someone")]);
+    w.env.git(&work, &["push", "-q", "origin", "main"]);
+    let (out, report) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let o = outcome_of(&report, &id);
+    assert_eq!((o["outcome"].as_str(), o["via"].as_str()), (Some("closed"), Some("trailer")), "{report}");
+    assert_ne!(o["commit"], fix.as_str(), "the verdict names the target's commit");
+}
+
+#[test]
+fn a_revert_is_reported_and_a_reapplied_fix_closes() {
+    let w = world();
+    let id = w.record_task("a.py", "a returns 5", "");
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (_, work) = w.dirs("c1");
+    let fix = w.fix(&work, "a.py", &id, "a returns 5");
+    w.env.git(&work, &["revert", "--no-edit", "HEAD"]);
+    w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let range = format!("{fix}~1..{fix}");
+    let (_, report) = w.close(&work, &["--commits", &range]);
+    let o = outcome_of(&report, &id);
+    assert_eq!(o["outcome"], "reverted", "{report}");
+    assert!(w.verdict_kinds().is_empty(), "a reverted fix writes nothing");
+    // Revert the revert: the fix is back, so it closes.
+    w.env.git(&work, &["revert", "--no-edit", "HEAD"]);
+    w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let (_, report) = w.close(&work, &["--commits", &range]);
+    let o = outcome_of(&report, &id);
+    assert_eq!((o["outcome"].as_str(), o["via"].as_str()), (Some("closed"), Some("reapplied")), "{report}");
+}
+
+#[test]
+fn a_cherry_pick_that_dropped_the_trailer_closes_by_patch_id() {
+    let w = world();
+    let id = w.record_task("c.py", "x should be 4", "");
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (_, work) = w.dirs("c1");
+    w.env.git(&work, &["checkout", "-q", "-b", "topic"]);
+    let fix = w.fix(&work, "c.py", &id, "x is 4");
+    w.env.git(&work, &["push", "-q", "origin", "topic"]);
+    // main moves on, then takes the change without its message.
+    w.env.git(&work, &["checkout", "-q", "main"]);
+    std::fs::write(work.join("b.py"), "def b():\n    return 22\n").unwrap();
+    w.env.git(&work, &["commit", "-q", "-am", "unrelated"]);
+    w.env.git(&work, &["cherry-pick", "--no-commit", &fix]);
+    w.env.git(&work, &["commit", "-q", "-m", "port x"]);
+    w.env.git(&work, &["push", "-q", "origin", "main"]);
+    let (_, report) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
+    let o = outcome_of(&report, &id);
+    assert_eq!((o["outcome"].as_str(), o["via"].as_str()), (Some("closed"), Some("patch-id")), "{report}");
+}
+
+#[test]
+fn under_review_a_task_branch_fix_is_pending_until_merged() {
+    let w = world();
+    let id = w.record_task("a.py", "review me", "push_to: task\nintegrate: review");
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (task_dir, work) = w.dirs("c1");
+    let task: Value = serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap()).unwrap();
+    let branch = format!("task/{id}");
+    assert_eq!(task["policy"]["push_branch"], branch.as_str());
+    assert_eq!(task["policy"]["target"], "main");
+    let fix = w.fix(&work, "a.py", &id, "reviewed fix");
+    w.env.git(&work, &["push", "-q", "origin", &format!("HEAD:{branch}")]);
+    let t = task_dir.join("task.json").display().to_string();
+    let range = format!("{fix}~1..{fix}");
+    let (_, report) = w.close(&work, &["--commits", &range, "--task", &t]);
+    let o = outcome_of(&report, &id);
+    assert_eq!(o["outcome"], "pending", "{report}");
+    assert_eq!(o["branches"], json!([branch]));
+    assert_eq!(w.verdict_kinds(), vec!["fix pending (awaiting merge)"]);
+    // A pending fix is no open work for another cell.
+    assert_eq!(w.pull("c2", &[]).0.code, 3);
+    // The reviewer merges; the next close closes it.
+    let reviewer = w.env.path("reviewer");
+    w.env.git(w.env.root.path(), &["clone", "-q", &w.url, &reviewer.display().to_string()]);
+    w.env.git(&reviewer, &["merge", "-q", "--no-ff", "-m", "merge review", &format!("origin/{branch}")]);
+    w.env.git(&reviewer, &["push", "-q", "origin", "main"]);
+    let (_, report) = w.close(&work, &["--commits", &range, "--task", &t]);
+    assert_eq!(outcome_of(&report, &id)["outcome"], "closed", "{report}");
+}
+
+#[test]
+fn unpushed_fixes_and_foreign_ids_are_reported_and_nothing_is_written() {
+    let w = world();
+    let id = w.record_task("a.py", "local only", "");
+    let (_, other_url) = w.env.origin("other", &[("z.py", "z = 1\n")]);
+    let out = w.env.run(&[
+        "finding", "record", "--origin", &other_url, "--file", "z.py", "--summary", "elsewhere",
+        "--severity", "LOW", "--category", "task", "--json",
+    ]);
+    let foreign = json_out(&out)["finding_ids"][0].as_str().unwrap().to_string();
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (_, work) = w.dirs("c1");
+    let a = w.fix(&work, "a.py", &id, "not pushed");
+    let b = w.fix(&work, "b.py", &foreign, "names another repository's finding");
+    let (out, report) = w.close(&work, &["--commits", &format!("{a}~1..{b}")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(outcome_of(&report, &id)["outcome"], "unpushed", "{report}");
+    assert_eq!(outcome_of(&report, &foreign)["outcome"], "not_open", "{report}");
+    assert!(w.verdict_kinds().is_empty());
+}
+
+#[test]
+fn a_failed_fetch_writes_nothing() {
+    let w = world();
+    let id = w.record_task("a.py", "fetch fails", "");
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (_, work) = w.dirs("c1");
+    let fix = w.fix(&work, "a.py", &id, "fix");
+    w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    std::fs::rename(&w.bare, w.env.path("moved.git")).unwrap();
+    let (out, _) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("nothing was written"), "{out:?}");
+    assert!(w.verdict_kinds().is_empty());
+}
+
+#[test]
+fn a_refused_ref_is_withdrawn_and_the_pull_takes_another_task() {
+    let w = world();
+    let bad = w.record_task("a.py", "bad ref", "ref: -x;rm -rf");
+    let good = w.record_task("b.py", "good task", "");
+    let (out, v) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let outcomes: Vec<(String, String)> = v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["task_id"].as_str().unwrap().to_string(), c["outcome"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(outcomes.contains(&(bad.clone(), "withdrawn".into())), "{v}");
+    assert_eq!(v["task"]["task_id"], good.as_str());
+    assert!(w.verdict_kinds().contains(&"claim withdrawn".to_string()));
+}
+
+#[test]
+fn a_restarted_cell_resumes_the_task_it_holds() {
+    let w = world();
+    let _first = w.record_task("a.py", "first", "");
+    let _second = w.record_task("b.py", "second", "");
+    let (out, v) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let held = v["task"]["task_id"].as_str().unwrap().to_string();
+    // The container restarts with fresh directories at the same paths: the vessel identity is
+    // derived from the key and the work directory, so it is the same claimer.
+    let (task, work) = w.dirs("c1");
+    std::fs::remove_dir_all(&task).unwrap();
+    std::fs::remove_dir_all(&work).unwrap();
+    let (out, v) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(v["task"]["task_id"], held.as_str());
+    assert_eq!(v["candidates"][0]["outcome"], "renewed", "{v}");
+}
+
+#[test]
+fn sixteen_pulls_over_five_tasks_take_each_exactly_once() {
+    for round in 0..20 {
+        let w = world();
+        let ids: Vec<String> = (0..5).map(|i| w.record_task("a.py", &format!("race task {i} round {round}"), "")).collect();
+        let children: Vec<_> = (0..16)
+            .map(|i| {
+                let (task, work) = w.dirs(&format!("cell{i}"));
+                w.env
+                    .cmd(&[
+                        "task", "pull", "--origin", &w.url, "--task-dir", &task.display().to_string(),
+                        "--work-dir", &work.display().to_string(), "--json",
+                    ])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut pulled = Vec::new();
+        for child in children {
+            let out = Output::from(child.wait_with_output().unwrap());
+            match out.code {
+                0 => pulled.push(json_out(&out)["task"]["task_id"].as_str().unwrap().to_string()),
+                4 => assert!(json_out(&out)["retry_after"].is_string(), "{out:?}"),
+                _ => panic!("round {round}: unexpected exit {out:?}"),
+            }
+        }
+        pulled.sort();
+        let mut expected = ids.clone();
+        expected.sort();
+        assert_eq!(pulled, expected, "round {round}: each task pulled exactly once");
+    }
+}
