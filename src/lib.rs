@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod guard;
 pub mod ledger_server;
 pub mod net;
 pub mod util;
