@@ -386,7 +386,8 @@ fn home_spans(s: &str, home: Option<&str>, any_user: bool) -> Vec<(usize, usize)
             if starts_path(i) && ends_path(e) {
                 spans.push((i, e));
             }
-            from = i + 1;
+            // `e` ends a whole match, so it is a char boundary whatever the home holds.
+            from = e;
         }
     }
     if any_user {
@@ -482,6 +483,27 @@ mod tests {
         assert_eq!(
             shorten("/home/alice/x", Some("/var/lib/me"), false),
             "/home/alice/x"
+        );
+    }
+
+    #[test]
+    fn multibyte_text_around_every_scanner_never_panics() {
+        let g = Guard {
+            known: vec!["Zq8Tm1pLk3vW9xYb2Rn5".into()],
+            home: Some("/home/jörg".into()),
+        };
+        let text = "ключ: значение — €/home/jörg/ü Authorization: Bearer ü€ Cookie: a=ü; \
+                    пароль=ü -----BEGIN PRIVATE KEY-----ü eyJü.ü ghp_ü sk-ü https://ü:ü@ü \
+                    DB_PASSWORD=\"ü C:\\Users\\ü ${ü";
+        for cut in 0..text.chars().count() {
+            let s: String = text.chars().skip(cut).collect();
+            let _ = g.check_input("t", &serde_json::json!({ "details": s.clone() }));
+            let _ = g.check_pointer("s", &mut serde_json::json!({ "x": s }));
+        }
+        // Whole, it still refuses: it holds URL credentials and a weak assigned password.
+        assert!(
+            g.check_input("t", &serde_json::json!({ "details": text }))
+                .is_err()
         );
     }
 
