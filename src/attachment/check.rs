@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::{Attachment, AttachmentState, ClientClaim};
 use crate::config::{self, Config};
 use crate::env::Env;
+use crate::guard::Guard;
 use crate::net::{NetClient, Url};
 
 /// The read that proves discovery serves this key.
@@ -63,7 +64,8 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
     let config = config::load(&mut env);
     let net = NetClient::from_env(&env);
     let claim = ClientClaim::from_env(&env, env.cwd());
-    let attachment = Attachment::new(config.clone(), net.clone(), claim);
+    // The check writes nothing, so its guard needs no known secrets.
+    let attachment = Attachment::new(config.clone(), net.clone(), claim, Guard::new(&Env::default(), None));
     let state = attachment.attempt().await;
 
     let resolve = if state.attached() {

@@ -19,6 +19,7 @@ pub use resolve::{Family, ResolveError, Resolved};
 pub use state::{AttachmentState, AuthStatus, Cause};
 
 use crate::config::Config;
+use crate::guard::Guard;
 use crate::net::NetClient;
 use crate::util::{now_ms, rfc3339_ms};
 
@@ -47,6 +48,8 @@ struct Inner {
     config: Config,
     net: NetClient,
     claim: ClientClaim,
+    /// The backstop every write's pointer passes at the one egress.
+    guard: Guard,
     /// The last settled attempt; readers never see a half-reset state.
     settled: RwLock<Option<AttachmentState>>,
     /// Held while an attempt runs, so callers that arrive meanwhile wait for it.
@@ -62,12 +65,13 @@ struct Inner {
 }
 
 impl Attachment {
-    pub fn new(config: Config, net: NetClient, claim: ClientClaim) -> Self {
+    pub fn new(config: Config, net: NetClient, claim: ClientClaim, guard: Guard) -> Self {
         Attachment {
             inner: Arc::new(Inner {
                 config,
                 net,
                 claim,
+                guard,
                 settled: RwLock::new(None),
                 attempt: tokio::sync::Mutex::new(()),
                 attempts: AtomicU32::new(0),
@@ -89,6 +93,10 @@ impl Attachment {
 
     pub fn claim(&self) -> &ClientClaim {
         &self.inner.claim
+    }
+
+    pub fn guard(&self) -> &Guard {
+        &self.inner.guard
     }
 
     /// Runs one attempt from a fresh state and publishes it when it settles.

@@ -85,6 +85,9 @@ pub enum ResolveError {
     Anchor { discovery: String, net: NetCause },
     #[error("bad_pointer: {0}")]
     BadPointer(String),
+    /// The backstop found a known secret in a composed write: nothing was sent.
+    #[error(transparent)]
+    Outgoing(#[from] crate::guard::GuardRefusal),
     /// The producer answered, but not with what the caller asked for.
     #[error("{shape} answered HTTP {status}: {detail}")]
     Answer {
@@ -143,6 +146,10 @@ impl Attachment {
                 && !obj.contains_key("client_claim")
             {
                 obj.insert("client_claim".into(), json!(claim));
+            }
+            // The backstop over what this process composed (anchor: guard-outgoing-pointer).
+            for warning in self.guard().check_pointer(&shape, &mut pointer)? {
+                tracing::warn!("{warning}");
             }
         }
         let family = Family::of(&shape);

@@ -19,6 +19,9 @@ pub enum CellError {
     Git(#[from] crate::git::GitError),
     #[error("the ledger: {0}")]
     Ledger(#[from] crate::attachment::ResolveError),
+    /// The outgoing guard refused the input: nothing was sent.
+    #[error(transparent)]
+    Outgoing(#[from] crate::guard::GuardRefusal),
 }
 
 /// Settles configuration and runs one attachment attempt, as every one-shot command does.
@@ -29,7 +32,8 @@ pub async fn attach_once(
     let cfg = crate::config::load(env);
     let net = crate::net::NetClient::from_env(env);
     let claim = crate::attachment::ClientClaim::from_env(env, workspace);
-    let att = crate::attachment::Attachment::new(cfg, net, claim);
+    let guard = crate::guard::Guard::new(env, Some(workspace));
+    let att = crate::attachment::Attachment::new(cfg, net, claim, guard);
     match att.attempt().await.cause {
         Some(cause) => Err(CellError::NotAttached(cause.to_string())),
         None => Ok(att),

@@ -43,6 +43,16 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
     }
     let work = if opts.work_dir.is_absolute() { opts.work_dir.clone() } else { env.cwd().join(&opts.work_dir) };
     let att = super::attach_once(&mut env, &work).await?;
+    // Every string this command sends passes the guard first; prose may come back rewritten.
+    let input = serde_json::json!({
+        "files": opts.files, "summary": opts.summary, "details": opts.details, "category": opts.category,
+    });
+    let guarded = att.guard().check_input("finding record", &input)?;
+    for note in &guarded.notes {
+        tracing::warn!("{note}");
+    }
+    let text = |k: &str| guarded.value.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_string();
+    let (summary, details) = (text("summary"), text("details"));
     let (repository, by_origin) = match &opts.origin {
         Some(o) => (identity_of_origin(o), true),
         None => (repo_identity(&work), false),
@@ -60,7 +70,7 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
         };
         match recalled {
             Ok(view) => {
-                if let Some(d) = find_open_duplicate(&view, &opts.files, &opts.summary) {
+                if let Some(d) = find_open_duplicate(&view, &opts.files, &summary) {
                     return Ok(RecordOutcome::AlreadyRecorded {
                         id: d.finding.id().to_string(),
                         concept_id: d.finding.concept_id.clone(),
@@ -82,8 +92,8 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
     let nf = NewFinding {
         finding_ids: finding_ids.clone(),
         files: opts.files.clone(),
-        summary: opts.summary.trim().to_string(),
-        details: opts.details.clone(),
+        summary: summary.trim().to_string(),
+        details,
         severity: opts.severity,
         category: opts.category.trim().to_string(),
         repo: repository.clone(),
