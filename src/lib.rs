@@ -4,12 +4,14 @@
 //! it describes as `path@anchor`.
 
 pub mod attachment;
+pub mod cell;
 pub mod commands;
 pub mod config;
 pub mod env;
 pub mod error;
 pub mod ledger_server;
 pub mod net;
+pub mod trailers;
 pub mod util;
 
 /// `metabob-mcp/<version>`, the client name sent in every write's client claim.
