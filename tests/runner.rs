@@ -3,5 +3,6 @@
 mod attach;
 mod ledger;
 mod net;
+mod refs;
 mod spec;
 mod support;
