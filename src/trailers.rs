@@ -4,8 +4,8 @@
 //! `finding close` decides which findings a commit claims to fix from its `Fixes-Finding:`
 //! trailers, so the parse must agree with git's own: a line git does not call a trailer must
 //! not close anything. The steps below follow git's trailer.c and commit.c (the end of the
-//! log message, the start of the trailer block, continuation lines); `tests/trailers` in
-//! `tests/refs.rs` holds them to the real git CLI over a generated corpus.
+//! log message, the start of the trailer block, continuation lines), and `tests/refs.rs`
+//! holds them to the real git CLI over a generated corpus.
 
 /// One `key: value` trailer, the key as written and the value with continuation lines folded.
 #[derive(Debug, Clone, PartialEq, Eq)]
