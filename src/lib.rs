@@ -13,6 +13,7 @@ pub mod guard;
 pub mod ledger;
 pub mod ledger_server;
 pub mod net;
+pub mod trailers;
 pub mod util;
 
 /// `metabob-mcp/<version>`, the client name sent in every write's client claim.

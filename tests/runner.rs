@@ -4,6 +4,7 @@ mod attach;
 mod guard;
 mod ledger;
 mod net;
+mod refs;
 mod spec;
 mod support;
 mod cell;

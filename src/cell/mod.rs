@@ -4,6 +4,7 @@ pub mod finding_close;
 pub mod fix_location;
 pub mod policy;
 pub mod record;
+pub mod refname;
 pub mod task_claim;
 pub mod task_pull;
 
