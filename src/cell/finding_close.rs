@@ -17,9 +17,7 @@ use crate::ledger::finding::Finding;
 use crate::ledger::recall::{self, LedgerView};
 use crate::ledger::repo_identity::{WorkspaceAliases, repo_identity};
 use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind};
-use crate::trailers::{fixes_finding_ids, mentions_trailer_line};
-
-pub const TRAILER: &str = "Fixes-Finding";
+use crate::trailers::{FIXES_FINDING, fixes_finding_ids, mentions_trailer_line};
 
 #[derive(Clone, Debug)]
 pub enum Commits {
@@ -309,7 +307,7 @@ impl TargetHistory {
             .filter_map(|s| self.index.get(s).map(|i| (*i, Via::Commit)))
             .collect();
         for (i, e) in self.entries.iter().enumerate() {
-            if mentions_trailer_line(&e.message, TRAILER, id) && !landings.iter().any(|(j, _)| *j == i) {
+            if mentions_trailer_line(&e.message, FIXES_FINDING, id) && !landings.iter().any(|(j, _)| *j == i) {
                 landings.push((i, Via::Trailer));
             }
         }
