@@ -8,6 +8,8 @@ pub mod commands;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod git;
+pub mod ledger;
 pub mod ledger_server;
 pub mod net;
 pub mod util;

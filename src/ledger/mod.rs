@@ -1,0 +1,3 @@
+//! The ledger's vocabulary on the client side.
+
+pub mod repo_identity;
