@@ -259,7 +259,7 @@ fn assert_clone_matches(env: &TestEnv, url: &str, dest: &Path, branch: Option<&s
     }
     let oracle_s = oracle.display().to_string();
     args.extend([url, oracle_s.as_str()]);
-    git(env, &env.root.path().to_path_buf(), &args);
+    git(env, env.root.path(), &args);
     let want_branch = branch.unwrap_or("main");
     assert_eq!(
         sha,
