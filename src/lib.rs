@@ -9,6 +9,7 @@ pub mod commands;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod git;
 pub mod guard;
 pub mod ledger;
 pub mod ledger_server;

@@ -1,10 +1,11 @@
 //! The one integration-test binary. Each module drives the real binary against real parts.
 
 mod attach;
+mod cell;
+mod git;
 mod guard;
 mod ledger;
 mod net;
 mod refs;
 mod spec;
 mod support;
-mod cell;

@@ -15,7 +15,7 @@ use crate::env::Env;
 use crate::git::{GitError, Repo};
 use crate::ledger::finding::Finding;
 use crate::ledger::recall::{self, LedgerView};
-use crate::ledger::repo_identity::{WorkspaceAliases, repo_identity};
+use crate::ledger::repo_identity::Aliases;
 use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind};
 use crate::trailers::{FIXES_FINDING, fixes_finding_ids, mentions_trailer_line};
 
@@ -138,9 +138,8 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
         .map(str::to_owned)
         .unwrap_or_else(|| att.claim().session.clone());
 
-    let identity = repo_identity(&workdir);
-    let aliases = WorkspaceAliases::new(&identity, &workdir);
-    let view = recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref(), &f.files)).await?;
+    let aliases = Aliases::for_workspace(&workdir);
+    let view = recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)).await?;
     let history = TargetHistory::scan(&repo, &tip)?;
 
     for (id, shas) in named {

@@ -11,7 +11,7 @@ use crate::env::Env;
 use crate::ledger::finding::{NewFinding, Severity, new_finding_id};
 use crate::ledger::recall;
 use crate::ledger::record::find_open_duplicate;
-use crate::ledger::repo_identity::{OriginAliases, WorkspaceAliases, identity_of_origin, repo_identity};
+use crate::ledger::repo_identity::{Aliases, identity_of_origin, repo_identity, vessel_aliases};
 
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -62,11 +62,11 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
     if !opts.force {
         // An unreachable recall does not block the write.
         let recalled = if by_origin {
-            let aliases = OriginAliases::new(&repository);
-            recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref(), &f.files)).await
+            let aliases = vessel_aliases(&repository);
+            recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)).await
         } else {
-            let aliases = WorkspaceAliases::new(&repository, &work);
-            recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref(), &f.files)).await
+            let aliases = Aliases::for_workspace(&work);
+            recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)).await
         };
         match recalled {
             Ok(view) => {

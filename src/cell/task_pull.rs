@@ -16,7 +16,7 @@ use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, Held};
 use crate::ledger::finding::Finding;
 use crate::ledger::header::{Header, find_line};
 use crate::ledger::recall::{self, LedgerView, Recalled};
-use crate::ledger::repo_identity::{OriginAliases, identity_of_origin};
+use crate::ledger::repo_identity::{identity_of_origin, vessel_aliases};
 use crate::ledger::verdict::Standing;
 use crate::util::{now_ms, rfc3339_ms, write_atomic};
 
@@ -78,8 +78,8 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
     let session = att.claim().session.clone();
 
     let repository = identity_of_origin(&opts.origin);
-    let aliases = OriginAliases::new(&repository);
-    let view = recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref(), &f.files)).await?;
+    let aliases = vessel_aliases(&repository);
+    let view = recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)).await?;
     let now = now_ms();
 
     // Open tasks: category task, recorded open, no verdict that closes it or holds a fix.
@@ -237,7 +237,10 @@ async fn read_conventions(att: &Attachment, repository: &str) -> Result<Vec<Conv
         .filter_map(|c| {
             let content = c.get("content").and_then(Value::as_str)?.to_string();
             let repo = Header::parse(&content).get("repo")?.to_ascii_lowercase();
-            (repo == repository.to_ascii_lowercase()).then(|| Convention {
+            if repo != repository.to_ascii_lowercase() {
+                return None;
+            }
+            Some(Convention {
                 concept_id: crate::ledger::finding::concept_id(c)?,
                 seq: c.get("seq").and_then(Value::as_i64).unwrap_or(0),
                 content,

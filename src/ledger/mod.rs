@@ -6,6 +6,7 @@ pub mod finding;
 pub mod header;
 pub mod recall;
 pub mod record;
+pub mod repo_identity;
 pub mod verdict;
 
 use crate::attachment::{Attachment, ResolveError};

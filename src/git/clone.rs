@@ -1,0 +1,180 @@
+//! Clone and fetch over every transport a cell meets: file://, git:// (daemon), ssh (the
+//! `ssh` program) and https (reqwest's blocking client over rustls with ring).
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+use gix::bstr::ByteSlice;
+use gix::remote::Direction;
+
+use super::{GitError, Repo};
+
+/// gix's https transport builds its rustls config from the process-wide crypto provider; the
+/// crate carries ring only (no aws-lc), so name it before the first connection. Installing
+/// twice is harmless: the second attempt reports the existing provider and is ignored.
+fn ensure_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// `git clone [--branch <branch>] <url> <dest>`: the work tree checked out, `origin` set up
+/// with the standard refspec, `refs/remotes/origin/*` and `origin/HEAD` written. `branch`
+/// `None` checks out the remote's default branch. `progress` prints each stage on stderr
+/// (the caller decides, by whether stderr is a terminal). `dest` must be empty or missing;
+/// a failed clone removes what it created. Returns the repository and the checked-out sha.
+pub fn clone_at(
+    url: &str,
+    dest: &Path,
+    branch: Option<&str>,
+    progress: bool,
+) -> Result<(Repo, String), GitError> {
+    let fail = |detail: String| GitError::Clone {
+        url: url.to_string(),
+        detail,
+    };
+    match std::fs::read_dir(dest) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(fail(format!(
+                    "destination {} is not empty; a clone needs an empty or missing directory",
+                    dest.display()
+                )));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(format!("cannot read {}: {e}", dest.display()))),
+    }
+    ensure_tls_provider();
+    let stage = |msg: String| {
+        if progress {
+            eprintln!("{msg}");
+        }
+    };
+    stage(format!("Cloning {url} into {}…", dest.display()));
+
+    let interrupt = AtomicBool::new(false);
+    let prepare = gix::prepare_clone(url, dest).map_err(|e| fail(e.to_string()))?;
+    let mut prepare = match branch {
+        Some(b) => prepare
+            .with_ref_name(Some(b))
+            .map_err(|_| GitError::RefNotFound(b.to_string()))?,
+        None => prepare,
+    };
+    let (mut checkout, outcome) = prepare
+        .fetch_then_checkout(gix::progress::Discard, &interrupt)
+        .map_err(|e| match e {
+            gix::clone::fetch::Error::RefNameMissing { wanted } => {
+                GitError::RefNotFound(wanted.as_ref().as_bstr().to_str_lossy().into_owned())
+            }
+            other => fail(chain(&other)),
+        })?;
+    stage("Checking out files…".to_string());
+    let (repo, _) = checkout
+        .main_worktree(gix::progress::Discard, &interrupt)
+        .map_err(|e| fail(chain(&e)))?;
+
+    // gix's clone does not record the remote's HEAD under refs/remotes/origin/HEAD, which
+    // `git clone` does and the "fix on task branches awaits its merge into the default branch"
+    // rule reads. Write it from the symbolic HEAD the remote advertised.
+    write_remote_head(&repo, "origin", &outcome.ref_map.remote_refs)
+        .map_err(|detail| fail(format!("the clone succeeded but {detail}")))?;
+
+    let repo = Repo::wrap(repo);
+    let head = repo
+        .head()?
+        .ok_or_else(|| fail("the remote has no commits to check out".to_string()))?;
+    stage(format!("Checked out {head}."));
+    Ok((repo, head))
+}
+
+fn write_remote_head(
+    repo: &gix::Repository,
+    remote: &str,
+    remote_refs: &[gix::protocol::handshake::Ref],
+) -> Result<(), String> {
+    use gix::protocol::handshake::Ref;
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+    let target = remote_refs.iter().find_map(|r| match r {
+        Ref::Symbolic {
+            full_ref_name,
+            target,
+            ..
+        } if full_ref_name == "HEAD" => Some(target.to_str_lossy().into_owned()),
+        _ => None,
+    });
+    let Some(branch) = target
+        .as_deref()
+        .and_then(|t| t.strip_prefix("refs/heads/"))
+    else {
+        // A remote with a detached or unborn HEAD has no default branch to point at.
+        return Ok(());
+    };
+    let tracking = format!("refs/remotes/{remote}/{branch}");
+    if repo
+        .try_find_reference(tracking.as_str())
+        .map_err(|e| e.to_string())?
+        .is_none()
+    {
+        return Ok(());
+    }
+    let name = format!("refs/remotes/{remote}/HEAD");
+    repo.edit_reference(RefEdit {
+        change: Change::Update {
+            log: LogChange {
+                mode: RefLog::AndReference,
+                force_create_reflog: false,
+                message: "clone: remote HEAD".into(),
+            },
+            expected: PreviousValue::Any,
+            new: gix::refs::Target::Symbolic(
+                tracking
+                    .as_str()
+                    .try_into()
+                    .map_err(|e| format!("{tracking} is not a valid ref name: {e}"))?,
+            ),
+        },
+        name: name
+            .as_str()
+            .try_into()
+            .map_err(|e| format!("{name} is not a valid ref name: {e}"))?,
+        deref: false,
+    })
+    .map_err(|e| format!("writing {name} failed: {e}"))?;
+    Ok(())
+}
+
+/// Fetches with the remote's configured refspecs; the ref updates are one transaction
+/// applied only after the pack arrived, so a failed fetch changes no ref.
+pub(super) fn fetch(repo: &gix::Repository, remote: &str) -> Result<(), GitError> {
+    let fail = |detail: String| GitError::Fetch {
+        remote: remote.to_string(),
+        detail,
+    };
+    ensure_tls_provider();
+    let r = repo
+        .find_remote(remote)
+        .map_err(|e| fail(format!("no such remote: {e}")))?;
+    let interrupt = AtomicBool::new(false);
+    let connection = r.connect(Direction::Fetch).map_err(|e| fail(chain(&e)))?;
+    connection
+        .prepare_fetch(gix::progress::Discard, Default::default())
+        .map_err(|e| fail(chain(&e)))?
+        .receive(gix::progress::Discard, &interrupt)
+        .map_err(|e| fail(chain(&e)))?;
+    Ok(())
+}
+
+/// An error with its sources on one line: gix wraps the useful cause ("connection refused",
+/// "repository not found") several levels down.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
