@@ -444,11 +444,8 @@ mod in_process {
         vars.push(("DISCOVERY_ENDPOINT".into(), discovery.into()));
         let mut e = Env::new(vars, env.cwd());
         let cfg = config::load(&mut e);
-        Attachment::new(
-            cfg,
-            NetClient::from_env(&e),
-            ClientClaim::from_env(&e, &env.cwd()),
-        )
+        let guard = metabob_mcp::guard::Guard::new(&e, Some(&env.cwd()));
+        Attachment::new(cfg, NetClient::from_env(&e), ClientClaim::from_env(&e, &env.cwd()), guard)
     }
 
     async fn resolves_served(url: &str) -> u64 {

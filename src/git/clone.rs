@@ -43,6 +43,11 @@ pub fn clone_at(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(format!("cannot read {}: {e}", dest.display()))),
     }
+    // gix creates the destination itself but not its parents; a cell's /work may be nested.
+    if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| fail(format!("cannot create {}: {e}", parent.display())))?;
+    }
     ensure_tls_provider();
     let stage = |msg: String| {
         if progress {
