@@ -445,7 +445,12 @@ mod in_process {
         let mut e = Env::new(vars, env.cwd());
         let cfg = config::load(&mut e);
         let guard = metabob_mcp::guard::Guard::new(&e, Some(&env.cwd()));
-        Attachment::new(cfg, NetClient::from_env(&e), ClientClaim::from_env(&e, &env.cwd()), guard)
+        Attachment::new(
+            cfg,
+            NetClient::from_env(&e),
+            ClientClaim::from_env(&e, &env.cwd()),
+            guard,
+        )
     }
 
     async fn resolves_served(url: &str) -> u64 {

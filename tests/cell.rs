@@ -19,9 +19,18 @@ fn world() -> World {
     let ledger = env.ledger("main", &[]);
     let (bare, url) = env.origin(
         "app",
-        &[("a.py", "def a():\n    return 1\n"), ("b.py", "def b():\n    return 2\n"), ("c.py", "x = 3\n")],
+        &[
+            ("a.py", "def a():\n    return 1\n"),
+            ("b.py", "def b():\n    return 2\n"),
+            ("c.py", "x = 3\n"),
+        ],
     );
-    World { env, ledger, bare, url }
+    World {
+        env,
+        ledger,
+        bare,
+        url,
+    }
 }
 
 fn json_out(out: &Output) -> Value {
@@ -31,8 +40,21 @@ fn json_out(out: &Output) -> Value {
 impl World {
     fn record_task(&self, file: &str, summary: &str, details: &str) -> String {
         let out = self.env.run(&[
-            "finding", "record", "--origin", &self.url, "--file", file, "--summary", summary,
-            "--severity", "HIGH", "--category", "task", "--details", details, "--json",
+            "finding",
+            "record",
+            "--origin",
+            &self.url,
+            "--file",
+            file,
+            "--summary",
+            summary,
+            "--severity",
+            "HIGH",
+            "--category",
+            "task",
+            "--details",
+            details,
+            "--json",
         ]);
         assert_eq!(out.code, 0, "{out:?}");
         let v = json_out(&out);
@@ -41,16 +63,33 @@ impl World {
     }
 
     fn dirs(&self, cell: &str) -> (PathBuf, PathBuf) {
-        (self.env.path(&format!("{cell}/task")), self.env.path(&format!("{cell}/work")))
+        (
+            self.env.path(&format!("{cell}/task")),
+            self.env.path(&format!("{cell}/work")),
+        )
     }
 
     fn pull(&self, cell: &str, extra: &[&str]) -> (Output, Value) {
         let (task, work) = self.dirs(cell);
         let (t, w) = (task.display().to_string(), work.display().to_string());
-        let mut args = vec!["task", "pull", "--origin", &self.url, "--task-dir", &t, "--work-dir", &w, "--json"];
+        let mut args = vec![
+            "task",
+            "pull",
+            "--origin",
+            &self.url,
+            "--task-dir",
+            &t,
+            "--work-dir",
+            &w,
+            "--json",
+        ];
         args.extend_from_slice(extra);
         let out = self.env.run(&args);
-        let v = if out.stdout.trim().is_empty() { Value::Null } else { json_out(&out) };
+        let v = if out.stdout.trim().is_empty() {
+            Value::Null
+        } else {
+            json_out(&out)
+        };
         (out, v)
     }
 
@@ -60,7 +99,15 @@ impl World {
         let mut text = std::fs::read_to_string(&p).unwrap();
         text.push_str(&format!("# fixed: {subject}\n"));
         std::fs::write(&p, text).unwrap();
-        self.env.git(work, &["commit", "-q", "-am", &format!("{subject}\n\nFixes-Finding: {id}")]);
+        self.env.git(
+            work,
+            &[
+                "commit",
+                "-q",
+                "-am",
+                &format!("{subject}\n\nFixes-Finding: {id}"),
+            ],
+        );
         self.env.git(work, &["rev-parse", "HEAD"])
     }
 
@@ -69,7 +116,11 @@ impl World {
         let mut args = vec!["finding", "close", "--work-dir", &w, "--json"];
         args.extend_from_slice(extra);
         let out = self.env.run(&args);
-        let v = if out.code == 0 { json_out(&out) } else { Value::Null };
+        let v = if out.code == 0 {
+            json_out(&out)
+        } else {
+            Value::Null
+        };
         (out, v)
     }
 
@@ -98,7 +149,11 @@ impl World {
         self.verdicts()
             .iter()
             .filter_map(|c| c["content"].as_str())
-            .filter_map(|c| c.lines().find_map(|l| l.strip_prefix("verdict: ")).map(str::to_owned))
+            .filter_map(|c| {
+                c.lines()
+                    .find_map(|l| l.strip_prefix("verdict: "))
+                    .map(str::to_owned)
+            })
             .collect()
     }
 }
@@ -106,7 +161,10 @@ impl World {
 impl World {
     /// Verdicts about fixes, leaving out the claim rows `task pull` writes.
     fn fix_verdicts(&self) -> Vec<String> {
-        self.verdict_kinds().into_iter().filter(|k| k != "claimed" && k != "claim withdrawn").collect()
+        self.verdict_kinds()
+            .into_iter()
+            .filter(|k| k != "claimed" && k != "claim withdrawn")
+            .collect()
     }
 }
 
@@ -125,25 +183,42 @@ fn a_cell_pulls_fixes_pushes_and_closes_over_git_daemon() {
     let mut w = world();
     let (prefix, _daemon) = git_daemon(&w.env, w.bare.parent().unwrap());
     w.url = format!("{prefix}app.git");
-    let id = w.record_task("a.py", "make a() return 2", "ref: main\nThe caller expects 2.");
+    let id = w.record_task(
+        "a.py",
+        "make a() return 2",
+        "ref: main\nThe caller expects 2.",
+    );
     let (out, v) = w.pull("c1", &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(v["status"], "pulled");
     let (task_dir, work) = w.dirs("c1");
-    let task: Value = serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap()).unwrap();
+    let task: Value =
+        serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap())
+            .unwrap();
     assert_eq!(task["task_id"], id.as_str());
     assert_eq!(task["ref"], "main");
     assert_eq!(task["files"], json!(["a.py"]));
     assert_eq!(task["policy"]["push_branch"], "main");
     assert_eq!(task["policy"]["push_to"]["source"]["from"], "default");
     assert_eq!(task["trust"]["defaulted"], true);
-    assert_eq!(task["base"], w.env.git(&work, &["rev-parse", "HEAD"]).as_str());
-    assert!(std::fs::read_to_string(task_dir.join("context.md")).unwrap().contains("The caller expects 2."));
+    assert_eq!(
+        task["base"],
+        w.env.git(&work, &["rev-parse", "HEAD"]).as_str()
+    );
+    assert!(
+        std::fs::read_to_string(task_dir.join("context.md"))
+            .unwrap()
+            .contains("The caller expects 2.")
+    );
     assert_eq!(v["candidates"][0]["outcome"], "claimed");
 
     w.fix(&work, "a.py", &id, "a returns 2");
     let commits = task_dir.join("commits");
-    std::fs::write(&commits, w.env.git(&work, &["rev-list", "origin/main..HEAD"])).unwrap();
+    std::fs::write(
+        &commits,
+        w.env.git(&work, &["rev-list", "origin/main..HEAD"]),
+    )
+    .unwrap();
     w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let c = commits.display().to_string();
     let t = task_dir.join("task.json").display().to_string();
@@ -151,7 +226,10 @@ fn a_cell_pulls_fixes_pushes_and_closes_over_git_daemon() {
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(outcome_of(&report, &id)["outcome"], "closed", "{report}");
     assert_eq!(outcome_of(&report, &id)["via"], "commit");
-    assert_eq!(w.verdict_kinds().iter().filter(|k| *k == "fixed").count(), 1);
+    assert_eq!(
+        w.verdict_kinds().iter().filter(|k| *k == "fixed").count(),
+        1
+    );
     // Closing again writes nothing more; the next cell finds nothing open.
     let (_, again) = w.close(&work, &["--commits-from", &c]);
     assert_eq!(outcome_of(&again, &id)["outcome"], "not_open");
@@ -178,8 +256,16 @@ fn a_squash_merge_closes_through_the_trailer_line_in_its_body() {
     let (out, report) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
     assert_eq!(out.code, 0, "{out:?}");
     let o = outcome_of(&report, &id);
-    assert_eq!((o["outcome"].as_str(), o["via"].as_str()), (Some("closed"), Some("trailer")), "{report}");
-    assert_ne!(o["commit"], fix.as_str(), "the verdict names the target's commit");
+    assert_eq!(
+        (o["outcome"].as_str(), o["via"].as_str()),
+        (Some("closed"), Some("trailer")),
+        "{report}"
+    );
+    assert_ne!(
+        o["commit"],
+        fix.as_str(),
+        "the verdict names the target's commit"
+    );
 }
 
 #[test]
@@ -201,7 +287,11 @@ fn a_revert_is_reported_and_a_reapplied_fix_closes() {
     w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let (_, report) = w.close(&work, &["--commits", &range]);
     let o = outcome_of(&report, &id);
-    assert_eq!((o["outcome"].as_str(), o["via"].as_str()), (Some("closed"), Some("reapplied")), "{report}");
+    assert_eq!(
+        (o["outcome"].as_str(), o["via"].as_str()),
+        (Some("closed"), Some("reapplied")),
+        "{report}"
+    );
 }
 
 #[test]
@@ -222,7 +312,11 @@ fn a_cherry_pick_that_dropped_the_trailer_closes_by_patch_id() {
     w.env.git(&work, &["push", "-q", "origin", "main"]);
     let (_, report) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
     let o = outcome_of(&report, &id);
-    assert_eq!((o["outcome"].as_str(), o["via"].as_str()), (Some("closed"), Some("patch-id")), "{report}");
+    assert_eq!(
+        (o["outcome"].as_str(), o["via"].as_str()),
+        (Some("closed"), Some("patch-id")),
+        "{report}"
+    );
 }
 
 #[test]
@@ -231,12 +325,15 @@ fn under_review_a_task_branch_fix_is_pending_until_merged() {
     let id = w.record_task("a.py", "review me", "push_to: task\nintegrate: review");
     assert_eq!(w.pull("c1", &[]).0.code, 0);
     let (task_dir, work) = w.dirs("c1");
-    let task: Value = serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap()).unwrap();
+    let task: Value =
+        serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap())
+            .unwrap();
     let branch = format!("task/{id}");
     assert_eq!(task["policy"]["push_branch"], branch.as_str());
     assert_eq!(task["policy"]["target"], "main");
     let fix = w.fix(&work, "a.py", &id, "reviewed fix");
-    w.env.git(&work, &["push", "-q", "origin", &format!("HEAD:{branch}")]);
+    w.env
+        .git(&work, &["push", "-q", "origin", &format!("HEAD:{branch}")]);
     let t = task_dir.join("task.json").display().to_string();
     let range = format!("{fix}~1..{fix}");
     let (_, report) = w.close(&work, &["--commits", &range, "--task", &t]);
@@ -248,8 +345,21 @@ fn under_review_a_task_branch_fix_is_pending_until_merged() {
     assert_eq!(w.pull("c2", &[]).0.code, 3);
     // The reviewer merges; the next close closes it.
     let reviewer = w.env.path("reviewer");
-    w.env.git(w.env.root.path(), &["clone", "-q", &w.url, &reviewer.display().to_string()]);
-    w.env.git(&reviewer, &["merge", "-q", "--no-ff", "-m", "merge review", &format!("origin/{branch}")]);
+    w.env.git(
+        w.env.root.path(),
+        &["clone", "-q", &w.url, &reviewer.display().to_string()],
+    );
+    w.env.git(
+        &reviewer,
+        &[
+            "merge",
+            "-q",
+            "--no-ff",
+            "-m",
+            "merge review",
+            &format!("origin/{branch}"),
+        ],
+    );
     w.env.git(&reviewer, &["push", "-q", "origin", "main"]);
     let (_, report) = w.close(&work, &["--commits", &range, "--task", &t]);
     assert_eq!(outcome_of(&report, &id)["outcome"], "closed", "{report}");
@@ -261,18 +371,41 @@ fn unpushed_fixes_and_foreign_ids_are_reported_and_nothing_is_written() {
     let id = w.record_task("a.py", "local only", "");
     let (_, other_url) = w.env.origin("other", &[("z.py", "z = 1\n")]);
     let out = w.env.run(&[
-        "finding", "record", "--origin", &other_url, "--file", "z.py", "--summary", "elsewhere",
-        "--severity", "LOW", "--category", "task", "--json",
+        "finding",
+        "record",
+        "--origin",
+        &other_url,
+        "--file",
+        "z.py",
+        "--summary",
+        "elsewhere",
+        "--severity",
+        "LOW",
+        "--category",
+        "task",
+        "--json",
     ]);
-    let foreign = json_out(&out)["finding_ids"][0].as_str().unwrap().to_string();
+    let foreign = json_out(&out)["finding_ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(w.pull("c1", &[]).0.code, 0);
     let (_, work) = w.dirs("c1");
     let a = w.fix(&work, "a.py", &id, "not pushed");
-    let b = w.fix(&work, "b.py", &foreign, "names another repository's finding");
+    let b = w.fix(
+        &work,
+        "b.py",
+        &foreign,
+        "names another repository's finding",
+    );
     let (out, report) = w.close(&work, &["--commits", &format!("{a}~1..{b}")]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(outcome_of(&report, &id)["outcome"], "unpushed", "{report}");
-    assert_eq!(outcome_of(&report, &foreign)["outcome"], "not_open", "{report}");
+    assert_eq!(
+        outcome_of(&report, &foreign)["outcome"],
+        "not_open",
+        "{report}"
+    );
     assert!(w.fix_verdicts().is_empty());
 }
 
@@ -302,7 +435,12 @@ fn a_refused_ref_is_withdrawn_and_the_pull_takes_another_task() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["task_id"].as_str().unwrap().to_string(), c["outcome"].as_str().unwrap().to_string()))
+        .map(|c| {
+            (
+                c["task_id"].as_str().unwrap().to_string(),
+                c["outcome"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     assert!(outcomes.contains(&(bad.clone(), "withdrawn".into())), "{v}");
     assert_eq!(v["task"]["task_id"], good.as_str());
@@ -333,14 +471,24 @@ fn sixteen_pulls_over_five_tasks_take_each_exactly_once() {
     for round in 0..20 {
         let w = world();
         let steps = ["parse", "lex", "emit", "link", "load"];
-        let ids: Vec<String> = steps.iter().map(|s| w.record_task("a.py", &format!("repair the {s} stage"), "")).collect();
+        let ids: Vec<String> = steps
+            .iter()
+            .map(|s| w.record_task("a.py", &format!("repair the {s} stage"), ""))
+            .collect();
         let children: Vec<_> = (0..16)
             .map(|i| {
                 let (task, work) = w.dirs(&format!("cell{i}"));
                 w.env
                     .cmd(&[
-                        "task", "pull", "--origin", &w.url, "--task-dir", &task.display().to_string(),
-                        "--work-dir", &work.display().to_string(), "--json",
+                        "task",
+                        "pull",
+                        "--origin",
+                        &w.url,
+                        "--task-dir",
+                        &task.display().to_string(),
+                        "--work-dir",
+                        &work.display().to_string(),
+                        "--json",
                     ])
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
@@ -352,7 +500,12 @@ fn sixteen_pulls_over_five_tasks_take_each_exactly_once() {
         for child in children {
             let out = Output::from(child.wait_with_output().unwrap());
             match out.code {
-                0 => pulled.push(json_out(&out)["task"]["task_id"].as_str().unwrap().to_string()),
+                0 => pulled.push(
+                    json_out(&out)["task"]["task_id"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                ),
                 4 => assert!(json_out(&out)["retry_after"].is_string(), "{out:?}"),
                 _ => panic!("round {round}: unexpected exit {out:?}"),
             }
@@ -360,6 +513,9 @@ fn sixteen_pulls_over_five_tasks_take_each_exactly_once() {
         pulled.sort();
         let mut expected = ids.clone();
         expected.sort();
-        assert_eq!(pulled, expected, "round {round}: each task pulled exactly once");
+        assert_eq!(
+            pulled, expected,
+            "round {round}: each task pulled exactly once"
+        );
     }
 }

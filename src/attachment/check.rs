@@ -65,7 +65,12 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
     let net = NetClient::from_env(&env);
     let claim = ClientClaim::from_env(&env, env.cwd());
     // The check writes nothing, so its guard needs no known secrets.
-    let attachment = Attachment::new(config.clone(), net.clone(), claim, Guard::new(&Env::default(), None));
+    let attachment = Attachment::new(
+        config.clone(),
+        net.clone(),
+        claim,
+        Guard::new(&Env::default(), None),
+    );
     let state = attachment.attempt().await;
 
     let resolve = if state.attached() {

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::fix_location::check_fix_commit;
 use super::CellError;
+use super::fix_location::check_fix_commit;
 use crate::attachment::{Attachment, vessel_id};
 use crate::env::Env;
 use crate::git::{GitError, Repo};
@@ -53,12 +53,29 @@ pub enum Via {
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    Closed { commit: String, via: Via, verdict: String },
-    Pending { commit: String, branches: Vec<String>, verdict: Option<String> },
-    Reverted { commit: String, reverted_by: String },
-    Unpushed { commit: String },
-    NotOpen { why: String },
-    Refused { why: String },
+    Closed {
+        commit: String,
+        via: Via,
+        verdict: String,
+    },
+    Pending {
+        commit: String,
+        branches: Vec<String>,
+        verdict: Option<String>,
+    },
+    Reverted {
+        commit: String,
+        reverted_by: String,
+    },
+    Unpushed {
+        commit: String,
+    },
+    NotOpen {
+        why: String,
+    },
+    Refused {
+        why: String,
+    },
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -78,7 +95,11 @@ pub struct CloseReport {
 
 /// Runs the close (anchor: run_finding_close).
 pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellError> {
-    let work = if opts.work_dir.is_absolute() { opts.work_dir.clone() } else { env.cwd().join(&opts.work_dir) };
+    let work = if opts.work_dir.is_absolute() {
+        opts.work_dir.clone()
+    } else {
+        env.cwd().join(&opts.work_dir)
+    };
     let repo = Repo::discover(&work)?
         .ok_or_else(|| CellError::Failed(format!("{} is not a git checkout", work.display())))?;
     let workdir = repo.workdir().unwrap_or(work.clone());
@@ -92,7 +113,10 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
             let mut out = Vec::new();
             for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
                 out.push(repo.resolve(line)?.ok_or_else(|| {
-                    CellError::Failed(format!("commit {line} (from {}) is not in this checkout", f.display()))
+                    CellError::Failed(format!(
+                        "commit {line} (from {}) is not in this checkout",
+                        f.display()
+                    ))
                 })?);
             }
             out
@@ -109,17 +133,29 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     let target = opts
         .target
         .clone()
-        .or_else(|| task.as_ref().and_then(|t| t.pointer("/policy/target")).and_then(Value::as_str).map(str::to_owned))
+        .or_else(|| {
+            task.as_ref()
+                .and_then(|t| t.pointer("/policy/target"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
         .unwrap_or_else(|| "main".into());
     // A stale view of the origin could misjudge what is merged: fetch first, write nothing if
     // that fails.
-    repo.fetch("origin").map_err(|e| CellError::Failed(format!("{e}; nothing was written")))?;
+    repo.fetch("origin")
+        .map_err(|e| CellError::Failed(format!("{e}; nothing was written")))?;
     let target_ref = format!("origin/{target}");
-    let tip = repo
-        .resolve(&target_ref)?
-        .ok_or_else(|| CellError::Failed(format!("origin has no branch {target}; nothing was written")))?;
+    let tip = repo.resolve(&target_ref)?.ok_or_else(|| {
+        CellError::Failed(format!(
+            "origin has no branch {target}; nothing was written"
+        ))
+    })?;
 
-    let mut report = CloseReport { target: target.clone(), commits: commits.len(), findings: Vec::new() };
+    let mut report = CloseReport {
+        target: target.clone(),
+        commits: commits.len(),
+        findings: Vec::new(),
+    };
     if named.is_empty() {
         return Ok(report);
     }
@@ -139,7 +175,10 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
         .unwrap_or_else(|| att.claim().session.clone());
 
     let aliases = Aliases::for_workspace(&workdir);
-    let view = recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)).await?;
+    let view = recall::recall(&att, |f| {
+        aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
+    })
+    .await?;
     let history = TargetHistory::scan(&repo, &tip)?;
 
     for (id, shas) in named {
@@ -148,11 +187,31 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
                 why: "no open finding of this repository has this id; nothing was written".into(),
             },
             Some(r) => {
-                let ctx = Ctx { att: &att, view: &view, me: me.clone(), session: &session, target: &target };
-                judge_and_write(&ctx, &repo, &history, &target_ref, &r.finding, &r.files, &id, &shas).await?
+                let ctx = Ctx {
+                    att: &att,
+                    view: &view,
+                    me: me.clone(),
+                    session: &session,
+                    target: &target,
+                };
+                judge_and_write(
+                    &ctx,
+                    &repo,
+                    &history,
+                    &target_ref,
+                    &r.finding,
+                    &r.files,
+                    &id,
+                    &shas,
+                )
+                .await?
             }
         };
-        report.findings.push(FindingReport { finding_id: id, commits: shas, outcome });
+        report.findings.push(FindingReport {
+            finding_id: id,
+            commits: shas,
+            outcome,
+        });
     }
     Ok(report)
 }
@@ -187,16 +246,28 @@ async fn judge_and_write(
 ) -> Result<Outcome, CellError> {
     let standing = ctx.view.standing(finding);
     if standing.is_closed() {
-        return Ok(Outcome::NotOpen { why: "the finding is already closed; nothing was written".into() });
+        return Ok(Outcome::NotOpen {
+            why: "the finding is already closed; nothing was written".into(),
+        });
     }
     match history.judge(repo, id, shas)? {
         Landing::Merged { commit, via } => {
             let location = match check_fix_commit(repo, finding, files, &commit, target_ref) {
                 Ok(l) => l,
-                Err(e) => return Ok(Outcome::Refused { why: format!("{e}; nothing was written") }),
+                Err(e) => {
+                    return Ok(Outcome::Refused {
+                        why: format!("{e}; nothing was written"),
+                    });
+                }
             };
             let mut lines = location.lines;
-            lines.push(("fix_via", serde_json::to_value(via).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()));
+            lines.push((
+                "fix_via",
+                serde_json::to_value(via)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            ));
             lines.push(("fix_target", ctx.target.to_string()));
             let verdict = write_verdict(ctx, finding, VerdictKind::Fixed, lines).await?;
             // The fix credits the finding's concept, as an endorse does.
@@ -205,9 +276,19 @@ async fn judge_and_write(
             if let Err(e) = ctx.att.resolve(usage).await {
                 tracing::warn!("recording the fix's relevance failed: {e}");
             }
-            Ok(Outcome::Closed { commit, via, verdict })
+            Ok(Outcome::Closed {
+                commit,
+                via,
+                verdict,
+            })
         }
-        Landing::Reverted { commit, reverted_by } => Ok(Outcome::Reverted { commit, reverted_by }),
+        Landing::Reverted {
+            commit,
+            reverted_by,
+        } => Ok(Outcome::Reverted {
+            commit,
+            reverted_by,
+        }),
         Landing::NotMerged => {
             let commit = shas[0].clone();
             let mut branches = Vec::new();
@@ -224,15 +305,29 @@ async fn judge_and_write(
                 && v.fix_commit.as_deref() == Some(commit.as_str())
                 && v.fix_target.as_deref() == Some(ctx.target)
             {
-                return Ok(Outcome::Pending { commit, branches, verdict: None });
+                return Ok(Outcome::Pending {
+                    commit,
+                    branches,
+                    verdict: None,
+                });
             }
             let lines = vec![
                 ("fix", format!("commit {commit}")),
                 ("fix_branch", branches.join(", ")),
                 ("fix_target", ctx.target.to_string()),
             ];
-            let verdict = write_verdict(ctx, finding, VerdictKind::Pending(Pending::AwaitingMerge), lines).await?;
-            Ok(Outcome::Pending { commit, branches, verdict: Some(verdict) })
+            let verdict = write_verdict(
+                ctx,
+                finding,
+                VerdictKind::Pending(Pending::AwaitingMerge),
+                lines,
+            )
+            .await?;
+            Ok(Outcome::Pending {
+                commit,
+                branches,
+                verdict: Some(verdict),
+            })
         }
     }
 }
@@ -252,7 +347,11 @@ async fn write_verdict(
         lines,
     };
     let id = crate::ledger::write_concept(ctx.att, nv.to_pointer()).await?;
-    if let Err(e) = ctx.att.resolve(verdict::link_pointer(&id, &finding.concept_id)).await {
+    if let Err(e) = ctx
+        .att
+        .resolve(verdict::link_pointer(&id, &finding.concept_id))
+        .await
+    {
         tracing::debug!("linking verdict {id} failed: {e}");
     }
     Ok(id)
@@ -285,16 +384,28 @@ impl TargetHistory {
         let mut entries = Vec::new();
         for c in repo.history(tip)? {
             let c = c?;
-            entries.push(Entry { sha: c.sha, committer_time: c.committer_time, message: c.message });
+            entries.push(Entry {
+                sha: c.sha,
+                committer_time: c.committer_time,
+                message: c.message,
+            });
         }
-        let index = entries.iter().enumerate().map(|(i, e)| (e.sha.clone(), i)).collect();
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.sha.clone(), i))
+            .collect();
         let mut reverts: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
             for reverted in reverted_shas(&e.message) {
                 reverts.entry(reverted).or_default().push(i);
             }
         }
-        Ok(TargetHistory { entries, index, reverts })
+        Ok(TargetHistory {
+            entries,
+            index,
+            reverts,
+        })
     }
 
     /// Weighs landings and reverts in history order (anchor: judge): the last event wins, so a
@@ -306,7 +417,9 @@ impl TargetHistory {
             .filter_map(|s| self.index.get(s).map(|i| (*i, Via::Commit)))
             .collect();
         for (i, e) in self.entries.iter().enumerate() {
-            if mentions_trailer_line(&e.message, FIXES_FINDING, id) && !landings.iter().any(|(j, _)| *j == i) {
+            if mentions_trailer_line(&e.message, FIXES_FINDING, id)
+                && !landings.iter().any(|(j, _)| *j == i)
+            {
                 landings.push((i, Via::Trailer));
             }
         }
@@ -316,7 +429,9 @@ impl TargetHistory {
         }
         // A cherry-pick that dropped the line: the same change, after the fix was written.
         for fix in fixes {
-            let Some(pid) = repo.patch_id(fix)? else { continue };
+            let Some(pid) = repo.patch_id(fix)? else {
+                continue;
+            };
             let since = repo.commit(fix)?.committer_time - 120;
             for (i, e) in self.entries.iter().enumerate() {
                 if e.committer_time < since || landings.iter().any(|(j, _)| *j == i) {
@@ -338,26 +453,45 @@ impl TargetHistory {
             Revert(usize, usize),
             Reapply(usize),
         }
-        let mut events: Vec<(usize, Ev)> = landings.iter().map(|(i, v)| (*i, Ev::Land(*i, *v))).collect();
+        let mut events: Vec<(usize, Ev)> = landings
+            .iter()
+            .map(|(i, v)| (*i, Ev::Land(*i, *v)))
+            .collect();
         for (i, _) in landings {
-            for r in self.reverts.get(&self.entries[*i].sha).into_iter().flatten() {
+            for r in self
+                .reverts
+                .get(&self.entries[*i].sha)
+                .into_iter()
+                .flatten()
+            {
                 events.push((*r, Ev::Revert(*r, *i)));
-                for rr in self.reverts.get(&self.entries[*r].sha).into_iter().flatten() {
+                for rr in self
+                    .reverts
+                    .get(&self.entries[*r].sha)
+                    .into_iter()
+                    .flatten()
+                {
                     events.push((*rr, Ev::Reapply(*rr)));
                 }
             }
         }
         // Larger index = older.
-        events.sort_by(|a, b| b.0.cmp(&a.0));
+        events.sort_by_key(|e| std::cmp::Reverse(e.0));
         let mut state = Landing::NotMerged;
         for (_, ev) in events {
             state = match ev {
-                Ev::Land(i, via) => Landing::Merged { commit: self.entries[i].sha.clone(), via },
+                Ev::Land(i, via) => Landing::Merged {
+                    commit: self.entries[i].sha.clone(),
+                    via,
+                },
                 Ev::Revert(r, i) => Landing::Reverted {
                     commit: self.entries[i].sha.clone(),
                     reverted_by: self.entries[r].sha.clone(),
                 },
-                Ev::Reapply(rr) => Landing::Merged { commit: self.entries[rr].sha.clone(), via: Via::Reapplied },
+                Ev::Reapply(rr) => Landing::Merged {
+                    commit: self.entries[rr].sha.clone(),
+                    via: Via::Reapplied,
+                },
             };
         }
         state

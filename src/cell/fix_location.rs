@@ -41,18 +41,26 @@ pub fn check_fix_commit(
     sha: &str,
     against: &str,
 ) -> Result<FixLocation, FixRefused> {
-    let full = repo.resolve(sha)?.ok_or_else(|| FixRefused::Unknown(sha.to_string()))?;
+    let full = repo
+        .resolve(sha)?
+        .ok_or_else(|| FixRefused::Unknown(sha.to_string()))?;
     let tip = repo.resolve(against)?.ok_or_else(|| FixRefused::NotIn {
         commit: full.clone(),
         against: against.to_string(),
     })?;
     if !repo.is_ancestor(&full, &tip)? {
-        return Err(FixRefused::NotIn { commit: full, against: against.to_string() });
+        return Err(FixRefused::NotIn {
+            commit: full,
+            against: against.to_string(),
+        });
     }
     let commit = repo.commit(&full)?;
     let touched = repo.changed_files(&full)?;
     let touches = touched.iter().any(|t| files.iter().any(|f| f == t));
-    let mut lines = vec![("fix", format!("commit {full}")), ("fix_claimed", "yes".to_string())];
+    let mut lines = vec![
+        ("fix", format!("commit {full}")),
+        ("fix_claimed", "yes".to_string()),
+    ];
     if !touches {
         lines.push(("fix_touches_finding_files", "no".into()));
     }
@@ -64,5 +72,9 @@ pub fn check_fix_commit(
         }
         lines.push(("fix_predates_finding", "yes".into()));
     }
-    Ok(FixLocation { commit: full, lines, predates_finding: predates })
+    Ok(FixLocation {
+        commit: full,
+        lines,
+        predates_finding: predates,
+    })
 }

@@ -31,17 +31,32 @@ pub struct RecordOptions {
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum RecordOutcome {
-    Recorded { concept_id: String, finding_ids: Vec<String>, repository: String },
+    Recorded {
+        concept_id: String,
+        finding_ids: Vec<String>,
+        repository: String,
+    },
     /// Nothing was written: the same finding is already open.
-    AlreadyRecorded { id: String, concept_id: String, summary: String, files: Vec<String> },
+    AlreadyRecorded {
+        id: String,
+        concept_id: String,
+        summary: String,
+        files: Vec<String>,
+    },
 }
 
 /// Records one finding (anchor: run_record): one `agf_` id per file, one concept for all.
 pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, CellError> {
     if opts.files.is_empty() || opts.summary.trim().is_empty() || opts.category.trim().is_empty() {
-        return Err(CellError::Failed("a finding needs at least one file, a summary and a category".into()));
+        return Err(CellError::Failed(
+            "a finding needs at least one file, a summary and a category".into(),
+        ));
     }
-    let work = if opts.work_dir.is_absolute() { opts.work_dir.clone() } else { env.cwd().join(&opts.work_dir) };
+    let work = if opts.work_dir.is_absolute() {
+        opts.work_dir.clone()
+    } else {
+        env.cwd().join(&opts.work_dir)
+    };
     let att = super::attach_once(&mut env, &work).await?;
     // Every string this command sends passes the guard first; prose may come back rewritten.
     let input = serde_json::json!({
@@ -51,22 +66,39 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
     for note in &guarded.notes {
         tracing::warn!("{note}");
     }
-    let text = |k: &str| guarded.value.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_string();
+    let text = |k: &str| {
+        guarded
+            .value
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     let (summary, details) = (text("summary"), text("details"));
     let (repository, by_origin) = match &opts.origin {
         Some(o) => (identity_of_origin(o), true),
         None => (repo_identity(&work), false),
     };
-    let name = repository.rsplit('/').next().unwrap_or(&repository).to_string();
+    let name = repository
+        .rsplit('/')
+        .next()
+        .unwrap_or(&repository)
+        .to_string();
 
     if !opts.force {
         // An unreachable recall does not block the write.
         let recalled = if by_origin {
             let aliases = vessel_aliases(&repository);
-            recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)).await
+            recall::recall(&att, |f| {
+                aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
+            })
+            .await
         } else {
             let aliases = Aliases::for_workspace(&work);
-            recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)).await
+            recall::recall(&att, |f| {
+                aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
+            })
+            .await
         };
         match recalled {
             Ok(view) => {
@@ -79,7 +111,9 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
                     });
                 }
             }
-            Err(e) => tracing::warn!("the duplicate check could not read the ledger ({e}); recording anyway"),
+            Err(e) => tracing::warn!(
+                "the duplicate check could not read the ledger ({e}); recording anyway"
+            ),
         }
     }
 
@@ -105,5 +139,9 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
         session: att.claim().session.clone(),
     };
     let concept_id = crate::ledger::write_concept(&att, nf.to_pointer()).await?;
-    Ok(RecordOutcome::Recorded { concept_id, finding_ids, repository })
+    Ok(RecordOutcome::Recorded {
+        concept_id,
+        finding_ids,
+        repository,
+    })
 }

@@ -20,16 +20,26 @@ pub async fn renew_or_release(
 ) -> Result<ClaimOutcome, CellError> {
     let path = task_dir.join("task.json");
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        CellError::Failed(format!("{} cannot be read ({e}); run `task pull` first", path.display()))
+        CellError::Failed(format!(
+            "{} cannot be read ({e}); run `task pull` first",
+            path.display()
+        ))
     })?;
     let task: Value = serde_json::from_str(&text)
         .map_err(|e| CellError::Failed(format!("{} is not valid JSON ({e})", path.display())))?;
     let field = |k: &str| {
-        task.get(k).and_then(Value::as_str).map(str::to_owned).ok_or_else(|| {
-            CellError::Failed(format!("{} has no {k}; it was not written by task pull", path.display()))
-        })
+        task.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                CellError::Failed(format!(
+                    "{} has no {k}; it was not written by task pull",
+                    path.display()
+                ))
+            })
     };
-    let (concept_id, holder, session) = (field("concept_id")?, field("vessel_id")?, field("session")?);
+    let (concept_id, holder, session) =
+        (field("concept_id")?, field("vessel_id")?, field("session")?);
     let minutes = minutes
         .or_else(|| task.pointer("/claim/minutes").and_then(Value::as_i64))
         .unwrap_or(claims::DEFAULT_CLAIM_MINUTES);

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::CellError;
 use super::policy::{self, CONVENTION_SHAPE, Convention, Policy, TrustList};
 use super::refname::validate_ref;
-use super::CellError;
 use crate::attachment::{Attachment, ResolveError, vessel_id};
 use crate::env::Env;
 use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, Held};
@@ -73,13 +73,18 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
     let work_abs = absolute(&env, &opts.work_dir);
     let att = super::attach_once(&mut env, &work_abs).await?;
     let Some(me) = vessel_id(&env, &work_abs) else {
-        return Err(CellError::Failed("no vessel identity: set VESSEL_ID or an API key".into()));
+        return Err(CellError::Failed(
+            "no vessel identity: set VESSEL_ID or an API key".into(),
+        ));
     };
     let session = att.claim().session.clone();
 
     let repository = identity_of_origin(&opts.origin);
     let aliases = vessel_aliases(&repository);
-    let view = recall::recall(&att, |f| aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)).await?;
+    let view = recall::recall(&att, |f| {
+        aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
+    })
+    .await?;
     let now = now_ms();
 
     // Open tasks: category task, recorded open, no verdict that closes it or holds a fix.
@@ -94,7 +99,11 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
     };
     let mut retry_at: Option<i64> = None;
     let mut open = 0usize;
-    for r in view.findings.iter().filter(|r| r.finding.is_task() && r.finding.status == "open") {
+    for r in view
+        .findings
+        .iter()
+        .filter(|r| r.finding.is_task() && r.finding.status == "open")
+    {
         if !matches!(view.standing(&r.finding), Standing::Open) {
             continue;
         }
@@ -102,8 +111,11 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         match view.holder(&r.finding, now) {
             Some(h) if h.holder == me => mine.push(r),
             Some(h) => {
-                retry_at = Some(retry_at.map_or(claims::lapses_at(&h), |t| t.min(claims::lapses_at(&h))));
-                report.candidates.push(candidate(&r.finding, "held", Some(held_line(&h))));
+                retry_at =
+                    Some(retry_at.map_or(claims::lapses_at(&h), |t| t.min(claims::lapses_at(&h))));
+                report
+                    .candidates
+                    .push(candidate(&r.finding, "held", Some(held_line(&h))));
             }
             None => free.push(r),
         }
@@ -113,12 +125,16 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
 
     for r in mine.into_iter().chain(free) {
         let f = &r.finding;
-        let outcome = claims::claim_finding(&att, f, &me, &session, opts.minutes, ClaimAction::Claim).await?;
+        let outcome =
+            claims::claim_finding(&att, f, &me, &session, opts.minutes, ClaimAction::Claim).await?;
         let held = match &outcome {
             ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => held.clone(),
             ClaimOutcome::Held { by } | ClaimOutcome::Lost { winner: by } => {
-                retry_at = Some(retry_at.map_or(claims::lapses_at(by), |t| t.min(claims::lapses_at(by))));
-                report.candidates.push(candidate(f, outcome.word(), Some(held_line(by))));
+                retry_at =
+                    Some(retry_at.map_or(claims::lapses_at(by), |t| t.min(claims::lapses_at(by))));
+                report
+                    .candidates
+                    .push(candidate(f, outcome.word(), Some(held_line(by))));
                 continue;
             }
             ClaimOutcome::Unsettled => {
@@ -134,7 +150,9 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
                 continue;
             }
         };
-        report.candidates.push(candidate(f, outcome.word(), Some(held_line(&held))));
+        report
+            .candidates
+            .push(candidate(f, outcome.word(), Some(held_line(&held))));
 
         // Past the claim: every failure withdraws it, so one bad task never blocks the fleet
         // for the claim's length.
@@ -151,7 +169,19 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
             last.detail = Some(why);
             continue;
         }
-        let setup = set_up(&opts, &repository, r, &view, &policy, &trust, &held, &me, &session, reference.as_deref()).await;
+        let setup = set_up(
+            &opts,
+            &repository,
+            r,
+            &view,
+            &policy,
+            &trust,
+            &held,
+            &me,
+            &session,
+            reference.as_deref(),
+        )
+        .await;
         match setup {
             Ok(task) => {
                 report.status = PullStatus::Pulled;
@@ -162,14 +192,22 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
                 withdraw(&att, f, &me, &session, &why).await;
                 clear(&opts.work_dir);
                 clear(&opts.task_dir);
-                return Err(CellError::Failed(format!("{why}; the claim on {} was withdrawn", f.id())));
+                return Err(CellError::Failed(format!(
+                    "{why}; the claim on {} was withdrawn",
+                    f.id()
+                )));
             }
         }
     }
 
     // Tasks others hold, or whose claim did not settle, can still come free; a withdrawn task
     // (its ref is refused) or one closed meanwhile cannot.
-    if open > 0 && report.candidates.iter().any(|c| matches!(c.outcome.as_str(), "held" | "lost" | "unsettled")) {
+    if open > 0
+        && report
+            .candidates
+            .iter()
+            .any(|c| matches!(c.outcome.as_str(), "held" | "lost" | "unsettled"))
+    {
         let at = retry_at.unwrap_or(now_ms() + UNSETTLED_RETRY_MS);
         report.status = PullStatus::TryLater;
         report.retry_after = Some(rfc3339_ms(at));
@@ -200,7 +238,11 @@ async fn withdraw(att: &Attachment, f: &Finding, me: &str, session: &str, why: &
 }
 
 fn absolute(env: &Env, p: &Path) -> PathBuf {
-    if p.is_absolute() { p.to_path_buf() } else { env.cwd().join(p) }
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        env.cwd().join(p)
+    }
 }
 
 /// A task never reuses a directory: each must be empty or missing.
@@ -214,7 +256,10 @@ fn ensure_empty(dir: &Path) -> Result<(), CellError> {
             ))),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(CellError::Failed(format!("{} cannot be read: {e}", dir.display()))),
+        Err(e) => Err(CellError::Failed(format!(
+            "{} cannot be read: {e}",
+            dir.display()
+        ))),
     }
 }
 
@@ -223,13 +268,20 @@ fn clear(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let p = e.path();
-            let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
         }
     }
 }
 
 /// This repository's `project_convention` concepts.
-async fn read_conventions(att: &Attachment, repository: &str) -> Result<Vec<Convention>, ResolveError> {
+async fn read_conventions(
+    att: &Attachment,
+    repository: &str,
+) -> Result<Vec<Convention>, ResolveError> {
     let window = recall::read_window(att, CONVENTION_SHAPE).await?;
     Ok(window
         .rows
@@ -303,11 +355,19 @@ async fn set_up(
         "base": base,
     });
     let text = serde_json::to_string_pretty(&task).map_err(|e| format!("task.json: {e}"))?;
-    write_atomic(&opts.task_dir.join("task.json"), format!("{text}\n").as_bytes(), None)
-        .map_err(|e| format!("writing {}: {e}", opts.task_dir.join("task.json").display()))?;
+    write_atomic(
+        &opts.task_dir.join("task.json"),
+        format!("{text}\n").as_bytes(),
+        None,
+    )
+    .map_err(|e| format!("writing {}: {e}", opts.task_dir.join("task.json").display()))?;
     let context = context_md(r, view, policy, &task);
-    write_atomic(&opts.task_dir.join("context.md"), context.as_bytes(), None)
-        .map_err(|e| format!("writing {}: {e}", opts.task_dir.join("context.md").display()))?;
+    write_atomic(&opts.task_dir.join("context.md"), context.as_bytes(), None).map_err(|e| {
+        format!(
+            "writing {}: {e}",
+            opts.task_dir.join("context.md").display()
+        )
+    })?;
     Ok(task)
 }
 
@@ -318,8 +378,21 @@ fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &Value) ->
     let f = &r.finding;
     let mut s = String::new();
     let _ = writeln!(s, "# Task {}: {}\n", f.id(), f.summary);
-    let _ = writeln!(s, "Severity {}; files: {}\n", f.severity, r.files.join(", "));
-    let _ = writeln!(s, "## Details\n\n{}\n", if f.details.trim().is_empty() { "(none)" } else { f.details.trim() });
+    let _ = writeln!(
+        s,
+        "Severity {}; files: {}\n",
+        f.severity,
+        r.files.join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "## Details\n\n{}\n",
+        if f.details.trim().is_empty() {
+            "(none)"
+        } else {
+            f.details.trim()
+        }
+    );
     let _ = writeln!(s, "## Integration policy\n");
     let _ = writeln!(
         s,
@@ -351,6 +424,10 @@ fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &Value) ->
             o.finding.id()
         );
     }
-    let _ = writeln!(s, "\n## The task as recorded\n\n```json\n{}\n```", serde_json::to_string_pretty(task).unwrap_or_default());
+    let _ = writeln!(
+        s,
+        "\n## The task as recorded\n\n```json\n{}\n```",
+        serde_json::to_string_pretty(task).unwrap_or_default()
+    );
     s
 }

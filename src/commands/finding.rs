@@ -94,20 +94,51 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
     let commits = match (a.commits_from, a.commits) {
         (Some(f), _) => Commits::File(f),
         (None, Some(r)) => Commits::Range(r),
-        (None, None) => return Err(CliError::failure("finding close: give --commits-from FILE or --commits RANGE")),
+        (None, None) => {
+            return Err(CliError::failure(
+                "finding close: give --commits-from FILE or --commits RANGE",
+            ));
+        }
     };
-    let opts = CloseOptions { commits, target: a.target, work_dir: a.work_dir, task: a.task };
-    let report = finding_close::run(opts, env).await.map_err(|e| map_err("finding close", e))?;
+    let opts = CloseOptions {
+        commits,
+        target: a.target,
+        work_dir: a.work_dir,
+        task: a.task,
+    };
+    let report = finding_close::run(opts, env)
+        .await
+        .map_err(|e| map_err("finding close", e))?;
     if a.json {
         print_json(&report)?;
     } else {
-        println!("target origin/{}; {} commit(s); {} finding(s) named", report.target, report.commits, report.findings.len());
+        println!(
+            "target origin/{}; {} commit(s); {} finding(s) named",
+            report.target,
+            report.commits,
+            report.findings.len()
+        );
         for f in &report.findings {
             let line = match &f.outcome {
-                Outcome::Closed { commit, via, verdict } => format!("closed    fixed in {commit} (via {via:?}); verdict {verdict}"),
-                Outcome::Pending { commit, branches, .. } => format!("pending   {commit} is on {} but not merged into {}", branches.join(", "), report.target),
-                Outcome::Reverted { commit, reverted_by } => format!("reverted  {commit} was reverted by {reverted_by}; not closed"),
-                Outcome::Unpushed { commit } => format!("unpushed  {commit} is on no remote branch; push it, then run finding close again"),
+                Outcome::Closed {
+                    commit,
+                    via,
+                    verdict,
+                } => format!("closed    fixed in {commit} (via {via:?}); verdict {verdict}"),
+                Outcome::Pending {
+                    commit, branches, ..
+                } => format!(
+                    "pending   {commit} is on {} but not merged into {}",
+                    branches.join(", "),
+                    report.target
+                ),
+                Outcome::Reverted {
+                    commit,
+                    reverted_by,
+                } => format!("reverted  {commit} was reverted by {reverted_by}; not closed"),
+                Outcome::Unpushed { commit } => format!(
+                    "unpushed  {commit} is on no remote branch; push it, then run finding close again"
+                ),
                 Outcome::NotOpen { why } => format!("not open  {why}"),
                 Outcome::Refused { why } => format!("refused   {why}"),
             };
@@ -130,13 +161,21 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
         origin: a.origin,
         work_dir: a.work_dir,
     };
-    let outcome = record::run(opts, env).await.map_err(|e| map_err("finding record", e))?;
+    let outcome = record::run(opts, env)
+        .await
+        .map_err(|e| map_err("finding record", e))?;
     if a.json {
         print_json(&outcome)?;
     } else {
         match &outcome {
-            RecordOutcome::Recorded { concept_id, finding_ids, .. } => println!("{} {concept_id}", finding_ids.join(" ")),
-            RecordOutcome::AlreadyRecorded { id, summary, files, .. } => println!(
+            RecordOutcome::Recorded {
+                concept_id,
+                finding_ids,
+                ..
+            } => println!("{} {concept_id}", finding_ids.join(" ")),
+            RecordOutcome::AlreadyRecorded {
+                id, summary, files, ..
+            } => println!(
                 "Already recorded (open): {id} — add details there, or pass --force. {summary} ({})",
                 files.join(", ")
             ),

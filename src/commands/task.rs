@@ -3,8 +3,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::cell::task_claim::renew_or_release;
 use crate::cell::CellError;
+use crate::cell::task_claim::renew_or_release;
 use crate::cell::task_pull::{self, PullOptions, PullStatus};
 use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
@@ -96,17 +96,38 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
         trust: a.trust,
         progress: std::io::stderr().is_terminal(),
     };
-    let report = task_pull::run(opts, env).await.map_err(|e| map_err("task pull", e))?;
+    let report = task_pull::run(opts, env)
+        .await
+        .map_err(|e| map_err("task pull", e))?;
     if a.json {
         print_json(&report)?;
     } else {
         for c in &report.candidates {
-            println!("{:<9} {} {}{}", c.outcome, c.task_id, c.summary, c.detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default());
+            println!(
+                "{:<9} {} {}{}",
+                c.outcome,
+                c.task_id,
+                c.summary,
+                c.detail
+                    .as_ref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            );
         }
         match report.status {
-            PullStatus::Pulled => println!("pulled    {}", report.task.as_ref().and_then(|t| t["task_id"].as_str()).unwrap_or_default()),
+            PullStatus::Pulled => println!(
+                "pulled    {}",
+                report
+                    .task
+                    .as_ref()
+                    .and_then(|t| t["task_id"].as_str())
+                    .unwrap_or_default()
+            ),
             PullStatus::NothingOpen => println!("no open task"),
-            PullStatus::TryLater => println!("try later: retry after {}", report.retry_after.as_deref().unwrap_or("a moment")),
+            PullStatus::TryLater => println!(
+                "try later: retry after {}",
+                report.retry_after.as_deref().unwrap_or("a moment")
+            ),
         }
     }
     Ok(match report.status {
@@ -117,7 +138,9 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
 }
 
 async fn claim(a: ClaimArgs, action: ClaimAction, env: Env) -> CliResult {
-    let outcome = renew_or_release(&a.task_dir, action, a.minutes, env).await.map_err(|e| map_err("task", e))?;
+    let outcome = renew_or_release(&a.task_dir, action, a.minutes, env)
+        .await
+        .map_err(|e| map_err("task", e))?;
     if a.json {
         print_json(&outcome)?;
     } else {
@@ -126,6 +149,9 @@ async fn claim(a: ClaimArgs, action: ClaimAction, env: Env) -> CliResult {
     match outcome {
         ClaimOutcome::Renewed { .. } | ClaimOutcome::Released => Ok(Exit::Ok),
         ClaimOutcome::Refused { reason } => Err(CliError::failure(format!("task: {reason}"))),
-        other => Err(CliError::failure(format!("task: the claim was {}; not renewed", other.word()))),
+        other => Err(CliError::failure(format!(
+            "task: the claim was {}; not renewed",
+            other.word()
+        ))),
     }
 }

@@ -50,8 +50,7 @@ pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, Resolv
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        if page > 0 && rows.first().is_some() && rows.first().map(id) == window.rows.first().map(id)
-        {
+        if page > 0 && !rows.is_empty() && rows.first().map(id) == window.rows.first().map(id) {
             OFFSET_IGNORED.store(true, Ordering::Relaxed);
             tracing::warn!("concept-db ignores the search offset; reading one page from now on");
             window.truncated = true;
@@ -151,11 +150,9 @@ pub async fn recall(
 }
 
 /// Runs futures concurrently and keeps their order, without a futures dependency.
-async fn futures_join_all<F: std::future::Future>(
-    futs: impl IntoIterator<Item = F>,
-) -> Vec<F::Output>
+async fn futures_join_all<F>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
@@ -226,7 +223,10 @@ pub async fn verdicts_of(
 
 /// One concept by id: the root of `conceptGraph` (anchor: fetch_concept). `None` when the
 /// ledger does not know it.
-pub async fn fetch_concept(att: &Attachment, concept_id: &str) -> Result<Option<Value>, ResolveError> {
+pub async fn fetch_concept(
+    att: &Attachment,
+    concept_id: &str,
+) -> Result<Option<Value>, ResolveError> {
     let answer = att
         .resolve(json!({ "type": "conceptGraph", "concept_id": concept_id, "limit": 1 }))
         .await?;

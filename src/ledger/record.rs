@@ -42,7 +42,11 @@ pub fn same_summary(a: &str, b: &str) -> bool {
 }
 
 /// An open recalled finding on one of `files` with the same summary (anchor: find_open_duplicate).
-pub fn find_open_duplicate<'a>(view: &'a LedgerView, files: &[String], summary: &str) -> Option<&'a Recalled> {
+pub fn find_open_duplicate<'a>(
+    view: &'a LedgerView,
+    files: &[String],
+    summary: &str,
+) -> Option<&'a Recalled> {
     view.findings.iter().find(|r| {
         r.finding.status == "open"
             && matches!(view.standing(&r.finding), Standing::Open)
@@ -57,8 +61,14 @@ mod tests {
 
     #[test]
     fn summaries_match_when_normalized_or_close() {
-        assert_eq!(normalize_summary("  Null-check MISSING in  parse()! "), "null check missing in parse");
-        assert!(same_summary("Null check missing in parse()", "null check missing in parse"));
+        assert_eq!(
+            normalize_summary("  Null-check MISSING in  parse()! "),
+            "null check missing in parse"
+        );
+        assert!(same_summary(
+            "Null check missing in parse()",
+            "null check missing in parse"
+        ));
         assert!(same_summary(
             "the parser drops the last token of a line",
             "parser drops the last token of a line"

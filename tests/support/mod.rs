@@ -371,8 +371,14 @@ impl TestEnv {
         let bare = self.path(&format!("origins/{name}.git"));
         std::fs::create_dir_all(bare.parent().expect("parent")).expect("origins dir");
         self.git(
-            &self.root.path().to_path_buf(),
-            &["clone", "-q", "--bare", &seed.display().to_string(), &bare.display().to_string()],
+            self.root.path(),
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                &seed.display().to_string(),
+                &bare.display().to_string(),
+            ],
         );
         let url = format!("file://{}", bare.display());
         (bare, url)
@@ -403,7 +409,11 @@ pub fn git_daemon(env: &TestEnv, base: &Path) -> (String, Reaped) {
         .expect("git daemon");
     let guard = Reaped(child);
     assert!(
-        wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()),
+        wait_until(Duration::from_secs(10), || std::net::TcpStream::connect((
+            "127.0.0.1",
+            port
+        ))
+        .is_ok()),
         "git daemon did not start"
     );
     (format!("git://127.0.0.1:{port}/"), guard)
