@@ -519,3 +519,89 @@ fn sixteen_pulls_over_five_tasks_take_each_exactly_once() {
         );
     }
 }
+
+#[test]
+fn renew_keeps_the_claim_and_release_hands_the_task_to_the_next_cell() {
+    let w = world();
+    let id = w.record_task("a.py", "heartbeat me", "");
+    assert_eq!(w.pull("c1", &["--minutes", "5"]).0.code, 0);
+    let (task_dir, _) = w.dirs("c1");
+    let t = task_dir.display().to_string();
+    let out = w.env.run(&[
+        "task",
+        "renew",
+        "--task-dir",
+        &t,
+        "--minutes",
+        "30",
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v = json_out(&out);
+    assert_eq!(v["outcome"], "renewed");
+    // Held by c1: another cell must wait.
+    let (out, v) = w.pull("c2", &[]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert_eq!(v["candidates"][0]["outcome"], "held");
+    assert!(v["retry_after_seconds"].as_i64().unwrap() > 25 * 60, "{v}");
+    let out = w.env.run(&["task", "release", "--task-dir", &t]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // Released: the next cell takes it at once, and c1 can no longer renew it.
+    let (out, v) = w.pull("c3", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(v["task"]["task_id"], id.as_str());
+    let out = w.env.run(&["task", "renew", "--task-dir", &t]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("holds this claim"), "{out:?}");
+}
+
+#[test]
+fn recording_the_same_open_finding_twice_writes_once_unless_forced() {
+    let w = world();
+    let first = w.record_task("a.py", "Null check missing in a()", "");
+    let args = [
+        "finding",
+        "record",
+        "--origin",
+        &w.url,
+        "--file",
+        "a.py",
+        "--summary",
+        "null check missing in a",
+        "--severity",
+        "LOW",
+        "--category",
+        "task",
+    ];
+    let out = w.env.run(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .starts_with(&format!("Already recorded (open): {first}")),
+        "{out:?}"
+    );
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let out = w.env.run(&forced);
+    assert!(out.stdout.starts_with("agf_"), "{out:?}");
+    // A secret in the details is refused before anything is sent.
+    let out = w.env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &w.url,
+        "--file",
+        "b.py",
+        "--summary",
+        "leaky",
+        "--severity",
+        "LOW",
+        "--category",
+        "task",
+        "--details",
+        "use DB_PASSWORD=hunter2 to log in",
+    ]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("outgoing_secret("), "{out:?}");
+    assert!(!out.stderr.contains("hunter2"), "{out:?}");
+}
