@@ -85,11 +85,19 @@ pub fn fixes_finding_ids(message: &str) -> Vec<String> {
 /// A squash merge pastes the source commits' messages into its body, where the trailer
 /// parse never looks; this is how such a merge is still recognised as carrying a fix.
 pub fn mentions_trailer_line(message: &str, key: &str, value: &str) -> bool {
-    let (key, value) = (key.trim(), value.trim());
-    message.lines().any(|line| {
-        line.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case(key) && !key.is_empty() && v.trim() == value
-        })
+    trailer_line_values(message, key).any(|v| v == value.trim())
+}
+
+/// The values of every `key: value` line anywhere in the message (the rule of
+/// [`mentions_trailer_line`]), so a scan over many commits reads each message once.
+pub fn trailer_line_values<'a>(
+    message: &'a str,
+    key: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
+    let key = key.trim();
+    message.lines().filter_map(move |line| {
+        let (k, v) = line.split_once(':')?;
+        (!key.is_empty() && k.trim().eq_ignore_ascii_case(key)).then(|| v.trim())
     })
 }
 

@@ -605,3 +605,49 @@ fn recording_the_same_open_finding_twice_writes_once_unless_forced() {
     assert!(out.stderr.contains("outgoing_secret("), "{out:?}");
     assert!(!out.stderr.contains("hunter2"), "{out:?}");
 }
+
+#[test]
+fn a_fix_committed_days_before_the_finding_closes_when_it_touches_its_files() {
+    let w = world();
+    let id = w.record_task("a.py", "already fixed upstream", "");
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (_, work) = w.dirs("c1");
+    std::fs::write(work.join("a.py"), "def a():\n    return 3\n").unwrap();
+    w.env.git(&work, &["add", "a.py"]);
+    let old = "2020-01-01T00:00:00Z";
+    let out = std::process::Command::new("git")
+        .env_clear()
+        .envs(w.env.vars.iter().map(|(k, v)| (k, v)))
+        .env("GIT_COMMITTER_DATE", old)
+        .env("GIT_AUTHOR_DATE", old)
+        .current_dir(&work)
+        .args([
+            "commit",
+            "-q",
+            "-m",
+            &format!("old fix\n\nFixes-Finding: {id}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let fix = w.env.git(&work, &["rev-parse", "HEAD"]);
+    // Newer work on top, so the old fix lies past what the finding's date alone would read.
+    w.env
+        .git(&work, &["commit", "-q", "--allow-empty", "-m", "later"]);
+    w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let (out, report) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(outcome_of(&report, &id)["outcome"], "closed", "{report}");
+    let fixed = w
+        .verdicts()
+        .into_iter()
+        .find(|c| c["content"].as_str().unwrap().contains("verdict: fixed"))
+        .unwrap();
+    assert!(
+        fixed["content"]
+            .as_str()
+            .unwrap()
+            .contains("fix_predates_finding: yes"),
+        "{fixed}"
+    );
+}

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::CellError;
-use super::fix_location::check_fix_commit;
+use super::fix_location::{History, check_fix_commit};
 use crate::attachment::{Attachment, vessel_id};
 use crate::env::Env;
 use crate::git::{GitError, Repo};
@@ -17,7 +17,7 @@ use crate::ledger::finding::Finding;
 use crate::ledger::recall::{self, LedgerView};
 use crate::ledger::repo_identity::Aliases;
 use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind};
-use crate::trailers::{FIXES_FINDING, fixes_finding_ids, mentions_trailer_line};
+use crate::trailers::{FIXES_FINDING, fixes_finding_ids, trailer_line_values};
 
 #[derive(Clone, Debug)]
 pub enum Commits {
@@ -179,7 +179,7 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
         aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
     })
     .await?;
-    let history = TargetHistory::scan(&repo, &tip)?;
+    let mut history = TargetHistory::new(&repo, &target_ref, &tip)?;
 
     for (id, shas) in named {
         let outcome = match view.findings.iter().find(|r| r.finding.has_id(&id)) {
@@ -194,17 +194,7 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
                     session: &session,
                     target: &target,
                 };
-                judge_and_write(
-                    &ctx,
-                    &repo,
-                    &history,
-                    &target_ref,
-                    &r.finding,
-                    &r.files,
-                    &id,
-                    &shas,
-                )
-                .await?
+                judge_and_write(&ctx, &repo, &mut history, &r.finding, &r.files, &id, &shas).await?
             }
         };
         report.findings.push(FindingReport {
@@ -237,8 +227,7 @@ struct Ctx<'a> {
 async fn judge_and_write(
     ctx: &Ctx<'_>,
     repo: &Repo,
-    history: &TargetHistory,
-    target_ref: &str,
+    history: &mut TargetHistory<'_>,
     finding: &Finding,
     files: &[String],
     id: &str,
@@ -250,9 +239,9 @@ async fn judge_and_write(
             why: "the finding is already closed; nothing was written".into(),
         });
     }
-    match history.judge(repo, id, shas)? {
+    match history.judge(repo, id, shas, finding.created_ms / 1000)? {
         Landing::Merged { commit, via } => {
-            let location = match check_fix_commit(repo, finding, files, &commit, target_ref) {
+            let location = match check_fix_commit(repo, finding, files, &commit, &*history) {
                 Ok(l) => l,
                 Err(e) => {
                     return Ok(Outcome::Refused {
@@ -368,58 +357,105 @@ pub enum Landing {
 struct Entry {
     sha: String,
     committer_time: i64,
-    message: String,
 }
 
-/// The target's history read once, newest first (anchor: TargetHistory).
-pub struct TargetHistory {
+/// A commit that names a finding was written after the finding: this much earlier is allowed
+/// for committers' clocks.
+const CLOCK_ALLOWANCE_S: i64 = 24 * 3600;
+
+/// The target's history, read newest first only as far back as a question needs
+/// (anchor: TargetHistory). Only what the judgement uses is kept: each commit's sha and time,
+/// the ids its lines name, and what it reverts.
+pub struct TargetHistory<'r> {
+    name: String,
+    tip: String,
+    walk: Box<dyn Iterator<Item = Result<crate::git::CommitInfo, GitError>> + 'r>,
+    exhausted: bool,
     entries: Vec<Entry>,
     index: HashMap<String, usize>,
+    /// Finding id → the commits carrying a `Fixes-Finding: <id>` line anywhere in the message.
+    carriers: HashMap<String, Vec<usize>>,
     /// Reverted sha → the commits that revert it.
     reverts: HashMap<String, Vec<usize>>,
 }
 
-impl TargetHistory {
-    pub fn scan(repo: &Repo, tip: &str) -> Result<TargetHistory, GitError> {
-        let mut entries = Vec::new();
-        for c in repo.history(tip)? {
-            let c = c?;
-            entries.push(Entry {
-                sha: c.sha,
-                committer_time: c.committer_time,
-                message: c.message,
-            });
+impl History for TargetHistory<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn contains(&self, repo: &Repo, sha: &str) -> Result<bool, GitError> {
+        if self.index.contains_key(sha) {
+            return Ok(true);
         }
-        let index = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.sha.clone(), i))
-            .collect();
-        let mut reverts: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, e) in entries.iter().enumerate() {
-            for reverted in reverted_shas(&e.message) {
-                reverts.entry(reverted).or_default().push(i);
-            }
+        if self.exhausted {
+            return Ok(false);
         }
+        repo.is_ancestor(sha, &self.tip)
+    }
+}
+
+impl<'r> TargetHistory<'r> {
+    pub fn new(repo: &'r Repo, name: &str, tip: &str) -> Result<TargetHistory<'r>, GitError> {
         Ok(TargetHistory {
-            entries,
-            index,
-            reverts,
+            name: name.to_string(),
+            tip: tip.to_string(),
+            walk: Box::new(repo.history(tip)?),
+            exhausted: false,
+            entries: Vec::new(),
+            index: HashMap::new(),
+            carriers: HashMap::new(),
+            reverts: HashMap::new(),
         })
     }
 
+    /// Reads on until a commit older than `time` (unix seconds) has been read, or the end.
+    fn scan_back_to(&mut self, time: i64) -> Result<(), GitError> {
+        while !self.exhausted && self.entries.last().is_none_or(|e| e.committer_time >= time) {
+            let Some(c) = self.walk.next() else {
+                self.exhausted = true;
+                break;
+            };
+            let c = c?;
+            let i = self.entries.len();
+            for id in trailer_line_values(&c.message, FIXES_FINDING) {
+                self.carriers.entry(id.to_string()).or_default().push(i);
+            }
+            for reverted in reverted_shas(&c.message) {
+                self.reverts.entry(reverted).or_default().push(i);
+            }
+            self.index.insert(c.sha.clone(), i);
+            self.entries.push(Entry {
+                sha: c.sha,
+                committer_time: c.committer_time,
+            });
+        }
+        Ok(())
+    }
+
     /// Weighs landings and reverts in history order (anchor: judge): the last event wins, so a
-    /// fix reverted and then re-applied is merged, not reverted.
-    pub fn judge(&self, repo: &Repo, id: &str, fixes: &[String]) -> Result<Landing, GitError> {
-        // Landings: the fix commits themselves, and target commits carrying the same line.
-        let mut landings: Vec<(usize, Via)> = fixes
-            .iter()
-            .filter_map(|s| self.index.get(s).map(|i| (*i, Via::Commit)))
-            .collect();
-        for (i, e) in self.entries.iter().enumerate() {
-            if mentions_trailer_line(&e.message, FIXES_FINDING, id)
-                && !landings.iter().any(|(j, _)| *j == i)
-            {
+    /// fix reverted and then re-applied is merged, not reverted. `recorded` is when the finding
+    /// was recorded (unix seconds): no commit before it can carry its id, so the history is
+    /// read back to it, and further only to reach an older fix commit.
+    pub fn judge(
+        &mut self,
+        repo: &Repo,
+        id: &str,
+        fixes: &[String],
+        recorded: i64,
+    ) -> Result<Landing, GitError> {
+        self.scan_back_to(recorded - CLOCK_ALLOWANCE_S)?;
+        let mut landings: Vec<(usize, Via)> = Vec::new();
+        for fix in fixes {
+            if !self.index.contains_key(fix) && self.contains(repo, fix)? {
+                // A fix older than what was read (committed before the finding was recorded).
+                self.scan_back_to(repo.commit(fix)?.committer_time)?;
+            }
+            if let Some(i) = self.index.get(fix) {
+                landings.push((*i, Via::Commit));
+            }
+        }
+        for &i in self.carriers.get(id).into_iter().flatten() {
+            if !landings.iter().any(|(j, _)| *j == i) {
                 landings.push((i, Via::Trailer));
             }
         }
@@ -433,11 +469,12 @@ impl TargetHistory {
                 continue;
             };
             let since = repo.commit(fix)?.committer_time - 120;
-            for (i, e) in self.entries.iter().enumerate() {
-                if e.committer_time < since || landings.iter().any(|(j, _)| *j == i) {
+            self.scan_back_to(since)?;
+            for i in 0..self.entries.len() {
+                if self.entries[i].committer_time < since || landings.iter().any(|(j, _)| *j == i) {
                     continue;
                 }
-                if repo.patch_id(&e.sha)?.as_deref() == Some(pid.as_str()) {
+                if repo.patch_id(&self.entries[i].sha)?.as_deref() == Some(pid.as_str()) {
                     landings.push((i, Via::PatchId));
                 }
             }

@@ -31,27 +31,45 @@ pub enum FixRefused {
     Git(#[from] GitError),
 }
 
-/// Checks `sha` as the fix of `finding`, against the history of `against` (a ref such as
-/// `origin/main` or `HEAD`) (anchor: check_fix_commit). A fix postdates the finding, less the
-/// claim skew for clocks; an older commit counts only when it touches the finding's files.
+/// The history a fix is checked against: a ref's, asked of git, or one already read.
+pub trait History {
+    /// The ref's name, for messages.
+    fn name(&self) -> &str;
+    fn contains(&self, repo: &Repo, sha: &str) -> Result<bool, GitError>;
+}
+
+/// A ref such as `origin/main` or `HEAD`, whose ancestry git answers per question.
+pub struct RefHistory<'a>(pub &'a str);
+
+impl History for RefHistory<'_> {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn contains(&self, repo: &Repo, sha: &str) -> Result<bool, GitError> {
+        match repo.resolve(self.0)? {
+            Some(tip) => repo.is_ancestor(sha, &tip),
+            None => Ok(false),
+        }
+    }
+}
+
+/// Checks `sha` as the fix of `finding`, against `against`'s history
+/// (anchor: check_fix_commit). A fix postdates the finding, less the claim skew for clocks; an
+/// older commit counts only when it touches the finding's files.
 pub fn check_fix_commit(
     repo: &Repo,
     finding: &Finding,
     files: &[String],
     sha: &str,
-    against: &str,
+    against: &dyn History,
 ) -> Result<FixLocation, FixRefused> {
     let full = repo
         .resolve(sha)?
         .ok_or_else(|| FixRefused::Unknown(sha.to_string()))?;
-    let tip = repo.resolve(against)?.ok_or_else(|| FixRefused::NotIn {
-        commit: full.clone(),
-        against: against.to_string(),
-    })?;
-    if !repo.is_ancestor(&full, &tip)? {
+    if !against.contains(repo, &full)? {
         return Err(FixRefused::NotIn {
             commit: full,
-            against: against.to_string(),
+            against: against.name().to_string(),
         });
     }
     let commit = repo.commit(&full)?;
