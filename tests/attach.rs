@@ -165,108 +165,21 @@ fn an_identity_that_does_not_answer_is_identity_unreachable() {
 #[test]
 fn an_untrusted_tls_anchor_is_tls_intercepted_and_trusted_with_extra_ca_certs() {
     let mut env = TestEnv::new();
-    let dir = env.path("tls");
-    std::fs::create_dir_all(&dir).unwrap();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(&dir)
-            .output();
-        let out = out.expect("the openssl CLI is installed");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=Intercepting Test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "srv.key",
-        "-out",
-        "srv.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "srv.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "srv.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
-    let port = closed_port();
-    let mut server = std::process::Command::new("openssl")
-        .args([
-            "s_server",
-            "-quiet",
-            "-www",
-            "-accept",
-            &port.to_string(),
-            "-cert",
-            "srv.pem",
-            "-key",
-            "srv.key",
-        ])
-        .current_dir(&dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("openssl s_server");
-    assert!(crate::support::wait_until(Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    }));
+    let pki = crate::support::Pki::new();
+    let (port, server) = crate::support::s_server(&pki, "good");
     env.set("METABOB_API_KEY", "mb_live_0123456789abcdef")
-        .set("DISCOVERY_ENDPOINT", format!("https://localhost:{port}"));
+        .set("DISCOVERY_ENDPOINT", format!("https://127.0.0.1:{port}"));
     let (code, v) = check_json(&env, &[]);
     assert_eq!(code, 1);
     let result = v["result"].as_str().unwrap();
     assert!(
-        result.contains("tls_intercepted(Intercepting Test CA)"),
+        result.contains(&format!("tls_intercepted({})", crate::support::CA_CN)),
         "{result}"
     );
     // Trusting the CA clears the interception; s_server's status page is then what answers.
-    env.set(
-        "NODE_EXTRA_CA_CERTS",
-        dir.join("ca.pem").display().to_string(),
-    );
+    env.set("NODE_EXTRA_CA_CERTS", pki.ca());
     let (code, v) = check_json(&env, &[]);
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert_eq!(code, 1);
     assert!(
         v["result"]

@@ -2,7 +2,7 @@ use clap::Args;
 
 use crate::attachment::check::{attach_check, render_text};
 use crate::env::Env;
-use crate::error::{CliError, CliResult, Exit};
+use crate::error::{CliResult, Exit};
 
 /// Run the attachment once, as the server does, then one read through discovery; print each
 /// hop. Exit 0 only when attached and the read resolved. Writes nothing.
@@ -19,11 +19,14 @@ pub struct AttachArgs {
 pub async fn run(args: AttachArgs, env: Env) -> CliResult {
     let report = attach_check(env).await;
     if args.json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| CliError::failure(format!("cannot render the report as JSON: {e}")))?;
-        println!("{text}");
+        super::print_json(&report)?;
     } else {
         print!("{}", render_text(&report));
     }
-    Ok(if report.ok() { Exit::Ok } else { Exit::Failure })
+    Ok(exit_for(&report))
+}
+
+/// Exit 0 only when attached and the read resolved.
+pub(crate) fn exit_for(report: &crate::attachment::check::CheckReport) -> Exit {
+    if report.ok() { Exit::Ok } else { Exit::Failure }
 }

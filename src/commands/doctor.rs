@@ -2,7 +2,7 @@ use clap::Args;
 
 use crate::attachment::check::{attach_check, render_text};
 use crate::env::Env;
-use crate::error::{CliError, CliResult, Exit};
+use crate::error::CliResult;
 
 /// Diagnose configuration, the network path and the attachment: the attach check plus the
 /// whole state object (warnings, proxy, TLS, each hop). Exit 0 only when attached.
@@ -19,19 +19,16 @@ pub struct DoctorArgs {
 pub async fn run(args: DoctorArgs, env: Env) -> CliResult {
     let report = attach_check(env).await;
     if args.json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| CliError::failure(format!("cannot render the report as JSON: {e}")))?;
-        println!("{text}");
+        super::print_json(&report)?;
     } else {
         print!("{}", render_text(&report));
         if !args.attach {
             for w in &report.config.warnings {
                 println!("{:<10} {w}", "warning");
             }
-            let state = serde_json::to_string_pretty(&report.state)
-                .map_err(|e| CliError::failure(format!("cannot render the state: {e}")))?;
-            println!("state\n{state}");
+            println!("state");
+            super::print_json(&report.state)?;
         }
     }
-    Ok(if report.ok() { Exit::Ok } else { Exit::Failure })
+    Ok(super::attach::exit_for(&report))
 }

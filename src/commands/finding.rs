@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::task::{map_err, print_json};
+use super::{cell_error, print_json};
 use crate::cell::finding_close::{self, CloseOptions, Commits, Outcome};
 use crate::cell::record::{self, RecordOptions, RecordOutcome};
 use crate::env::Env;
@@ -108,7 +108,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
     };
     let report = finding_close::run(opts, env)
         .await
-        .map_err(|e| map_err("finding close", e))?;
+        .map_err(|e| cell_error("finding close", e))?;
     if a.json {
         print_json(&report)?;
     } else {
@@ -163,7 +163,7 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
     };
     let outcome = record::run(opts, env)
         .await
-        .map_err(|e| map_err("finding record", e))?;
+        .map_err(|e| cell_error("finding record", e))?;
     if a.json {
         print_json(&outcome)?;
     } else {

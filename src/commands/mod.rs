@@ -56,3 +56,22 @@ pub async fn run(cli: Cli, mut env: Env) -> CliResult {
         Command::Task(args) => task::run(args, env).await,
     }
 }
+
+/// Prints a reply as pretty JSON on stdout.
+pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<(), crate::error::CliError> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| {
+        crate::error::CliError::failure(format!("cannot render the reply as JSON: {e}"))
+    })?;
+    println!("{text}");
+    Ok(())
+}
+
+/// A cell command's failure as the CLI reports it: exit 2 for the attachment, 1 otherwise.
+pub(crate) fn cell_error(context: &str, e: crate::cell::CellError) -> crate::error::CliError {
+    use crate::cell::CellError;
+    use crate::error::CliError;
+    match e {
+        CellError::NotAttached(line) => CliError::not_attached(line),
+        other => CliError::failure(format!("{context}: {other}")),
+    }
+}

@@ -3,7 +3,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::cell::CellError;
 use crate::cell::task_claim::renew_or_release;
 use crate::cell::task_pull::{self, PullOptions, PullStatus};
 use crate::env::Env;
@@ -73,20 +72,6 @@ pub async fn run(args: TaskArgs, env: Env) -> CliResult {
     }
 }
 
-pub(crate) fn map_err(context: &str, e: CellError) -> CliError {
-    match e {
-        CellError::NotAttached(line) => CliError::not_attached(line),
-        other => CliError::failure(format!("{context}: {other}")),
-    }
-}
-
-pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(v)
-        .map_err(|e| CliError::failure(format!("cannot render the reply as JSON: {e}")))?;
-    println!("{text}");
-    Ok(())
-}
-
 async fn pull(a: PullArgs, env: Env) -> CliResult {
     let opts = PullOptions {
         origin: a.origin,
@@ -98,9 +83,9 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
     };
     let report = task_pull::run(opts, env)
         .await
-        .map_err(|e| map_err("task pull", e))?;
+        .map_err(|e| super::cell_error("task pull", e))?;
     if a.json {
-        print_json(&report)?;
+        super::print_json(&report)?;
     } else {
         for c in &report.candidates {
             println!(
@@ -140,9 +125,9 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
 async fn claim(a: ClaimArgs, action: ClaimAction, env: Env) -> CliResult {
     let outcome = renew_or_release(&a.task_dir, action, a.minutes, env)
         .await
-        .map_err(|e| map_err("task", e))?;
+        .map_err(|e| super::cell_error("task", e))?;
     if a.json {
-        print_json(&outcome)?;
+        super::print_json(&outcome)?;
     } else {
         println!("{}", outcome.word());
     }
