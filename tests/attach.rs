@@ -488,3 +488,30 @@ mod in_process {
         );
     }
 }
+
+#[test]
+fn doctor_reports_the_hops_the_warnings_and_the_state() {
+    let mut env = TestEnv::new();
+    let _ledger = env.ledger("main", &[]);
+    env.set("METABOB_ENDPOINT", "${user_config.endpoint}");
+    let out = env.run(&["doctor"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("result     attached"), "{out:?}");
+    assert!(
+        out.stdout
+            .contains("warning    METABOB_ENDPOINT holds an unsubstituted placeholder"),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout.contains("\"status\": \"authenticated\""),
+        "{out:?}"
+    );
+    let only_hops = env.run(&["doctor", "--attach"]);
+    assert!(!only_hops.stdout.contains("state"), "{only_hops:?}");
+    // Not attached: doctor says why and exits 1.
+    env.set("METABOB_API_KEY", "mb_live_not_a_key_of_this_ledger");
+    let out = env.run(&["doctor", "--json"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["state"]["cause"], "key_rejected");
+}
