@@ -19,6 +19,9 @@ use crate::ledger::repo_identity::Aliases;
 use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind};
 use crate::trailers::{FIXES_FINDING, fixes_finding_ids, trailer_line_values};
 
+/// Verdict writes in flight at once.
+const WRITES_IN_FLIGHT: usize = 8;
+
 #[derive(Clone, Debug)]
 pub enum Commits {
     /// A file of commit ids, one per line (what `git rev-list` prints).
@@ -181,27 +184,56 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     .await?;
     let mut history = TargetHistory::new(&repo, &target_ref, &tip)?;
 
+    // Judge every finding first (git, in order), then send the writes together: they are
+    // independent, and the ledger's round trips would otherwise add up one after another.
+    let ctx = Ctx {
+        view: &view,
+        target: &target,
+    };
+    let mut writes = tokio::task::JoinSet::new();
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT));
     for (id, shas) in named {
+        let index = report.findings.len();
         let outcome = match view.findings.iter().find(|r| r.finding.has_id(&id)) {
             None => Outcome::NotOpen {
                 why: "no open finding of this repository has this id; nothing was written".into(),
             },
-            Some(r) => {
-                let ctx = Ctx {
-                    att: &att,
-                    view: &view,
-                    me: me.clone(),
-                    session: &session,
-                    target: &target,
-                };
-                judge_and_write(&ctx, &repo, &mut history, &r.finding, &r.files, &id, &shas).await?
-            }
+            Some(r) => match plan(&ctx, &repo, &mut history, &r.finding, &r.files, &id, &shas)? {
+                Plan::Report(outcome) => outcome,
+                Plan::Write {
+                    kind,
+                    lines,
+                    credit,
+                    outcome,
+                } => {
+                    let (att, finding) = (att.clone(), r.finding.clone());
+                    let (me, session) = (me.clone(), session.clone());
+                    let permits = permits.clone();
+                    writes.spawn(async move {
+                        let _permit = permits.acquire_owned().await;
+                        let id =
+                            write_verdict(&att, &finding, kind, lines, me, session, credit).await;
+                        (index, id)
+                    });
+                    outcome
+                }
+            },
         };
         report.findings.push(FindingReport {
             finding_id: id,
             commits: shas,
             outcome,
         });
+    }
+    while let Some(done) = writes.join_next().await {
+        let (index, written) =
+            done.map_err(|e| CellError::Failed(format!("a verdict write stopped: {e}")))?;
+        let written = written?;
+        match &mut report.findings[index].outcome {
+            Outcome::Closed { verdict, .. } => *verdict = written,
+            Outcome::Pending { verdict, .. } => *verdict = Some(written),
+            _ => {}
+        }
     }
     Ok(report)
 }
@@ -216,15 +248,25 @@ fn read_task(path: Option<&PathBuf>) -> Result<Option<Value>, CellError> {
 }
 
 struct Ctx<'a> {
-    att: &'a Attachment,
     view: &'a LedgerView,
-    me: Option<String>,
-    session: &'a str,
     target: &'a str,
 }
 
+/// What to do for one finding: report it, or write a verdict and then report it.
+enum Plan {
+    Report(Outcome),
+    Write {
+        kind: VerdictKind,
+        lines: Vec<(&'static str, String)>,
+        /// Credit the finding's concept, as an endorse does.
+        credit: bool,
+        outcome: Outcome,
+    },
+}
+
+/// Judges one finding against the target (git only; nothing is sent here).
 #[allow(clippy::too_many_arguments)]
-async fn judge_and_write(
+fn plan(
     ctx: &Ctx<'_>,
     repo: &Repo,
     history: &mut TargetHistory<'_>,
@@ -232,116 +274,123 @@ async fn judge_and_write(
     files: &[String],
     id: &str,
     shas: &[String],
-) -> Result<Outcome, CellError> {
+) -> Result<Plan, CellError> {
     let standing = ctx.view.standing(finding);
     if standing.is_closed() {
-        return Ok(Outcome::NotOpen {
+        return Ok(Plan::Report(Outcome::NotOpen {
             why: "the finding is already closed; nothing was written".into(),
-        });
+        }));
     }
-    match history.judge(repo, id, shas, finding.created_ms / 1000)? {
-        Landing::Merged { commit, via } => {
-            let location = match check_fix_commit(repo, finding, files, &commit, &*history) {
-                Ok(l) => l,
-                Err(e) => {
-                    return Ok(Outcome::Refused {
+    Ok(
+        match history.judge(repo, id, shas, finding.created_ms / 1000)? {
+            Landing::Merged { commit, via } => {
+                match check_fix_commit(repo, finding, files, &commit, &*history) {
+                    Err(e) => Plan::Report(Outcome::Refused {
                         why: format!("{e}; nothing was written"),
-                    });
+                    }),
+                    Ok(location) => {
+                        let mut lines = location.lines;
+                        lines.push((
+                            "fix_via",
+                            serde_json::to_value(via)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default(),
+                        ));
+                        lines.push(("fix_target", ctx.target.to_string()));
+                        Plan::Write {
+                            kind: VerdictKind::Fixed,
+                            lines,
+                            credit: true,
+                            outcome: Outcome::Closed {
+                                commit,
+                                via,
+                                verdict: String::new(),
+                            },
+                        }
+                    }
                 }
-            };
-            let mut lines = location.lines;
-            lines.push((
-                "fix_via",
-                serde_json::to_value(via)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-            ));
-            lines.push(("fix_target", ctx.target.to_string()));
-            let verdict = write_verdict(ctx, finding, VerdictKind::Fixed, lines).await?;
-            // The fix credits the finding's concept, as an endorse does.
-            let usage = json!({"type": "conceptUsage_write", "usageData": {
-                "concept_id": finding.concept_id, "trace_id": format!("finding-close:{commit}"), "outcome": "success"}});
-            if let Err(e) = ctx.att.resolve(usage).await {
-                tracing::warn!("recording the fix's relevance failed: {e}");
             }
-            Ok(Outcome::Closed {
+            Landing::Reverted {
                 commit,
-                via,
-                verdict,
-            })
-        }
-        Landing::Reverted {
-            commit,
-            reverted_by,
-        } => Ok(Outcome::Reverted {
-            commit,
-            reverted_by,
-        }),
-        Landing::NotMerged => {
-            let commit = shas[0].clone();
-            let mut branches = Vec::new();
-            for sha in shas {
-                branches.extend(repo.remote_branches_containing(sha, "origin")?);
-            }
-            branches.sort();
-            branches.dedup();
-            if branches.is_empty() {
-                return Ok(Outcome::Unpushed { commit });
-            }
-            // One pending verdict per fix and target is enough.
-            if let Standing::Pending { verdict: v } = &standing
-                && v.fix_commit.as_deref() == Some(commit.as_str())
-                && v.fix_target.as_deref() == Some(ctx.target)
-            {
-                return Ok(Outcome::Pending {
-                    commit,
-                    branches,
-                    verdict: None,
-                });
-            }
-            let lines = vec![
-                ("fix", format!("commit {commit}")),
-                ("fix_branch", branches.join(", ")),
-                ("fix_target", ctx.target.to_string()),
-            ];
-            let verdict = write_verdict(
-                ctx,
-                finding,
-                VerdictKind::Pending(Pending::AwaitingMerge),
-                lines,
-            )
-            .await?;
-            Ok(Outcome::Pending {
+                reverted_by,
+            } => Plan::Report(Outcome::Reverted {
                 commit,
-                branches,
-                verdict: Some(verdict),
-            })
-        }
-    }
+                reverted_by,
+            }),
+            Landing::NotMerged => {
+                let commit = shas[0].clone();
+                let mut branches = Vec::new();
+                for sha in shas {
+                    branches.extend(repo.remote_branches_containing(sha, "origin")?);
+                }
+                branches.sort();
+                branches.dedup();
+                if branches.is_empty() {
+                    return Ok(Plan::Report(Outcome::Unpushed { commit }));
+                }
+                // One pending verdict per fix and target is enough.
+                if let Standing::Pending { verdict: v } = &standing
+                    && v.fix_commit.as_deref() == Some(commit.as_str())
+                    && v.fix_target.as_deref() == Some(ctx.target)
+                {
+                    return Ok(Plan::Report(Outcome::Pending {
+                        commit,
+                        branches,
+                        verdict: None,
+                    }));
+                }
+                let lines = vec![
+                    ("fix", format!("commit {commit}")),
+                    ("fix_branch", branches.join(", ")),
+                    ("fix_target", ctx.target.to_string()),
+                ];
+                Plan::Write {
+                    kind: VerdictKind::Pending(Pending::AwaitingMerge),
+                    lines,
+                    credit: false,
+                    outcome: Outcome::Pending {
+                        commit,
+                        branches,
+                        verdict: None,
+                    },
+                }
+            }
+        },
+    )
 }
 
+/// Writes one verdict, links it to its finding, and for a fix credits the finding's concept.
 async fn write_verdict(
-    ctx: &Ctx<'_>,
+    att: &Attachment,
     finding: &Finding,
     kind: VerdictKind,
     lines: Vec<(&'static str, String)>,
+    reviewed_by: Option<String>,
+    session: String,
+    credit: bool,
 ) -> Result<String, CellError> {
     let nv = NewVerdict {
         finding,
         kind,
-        reviewed_by: ctx.me.clone(),
-        session: ctx.session.to_string(),
+        reviewed_by,
+        session,
         origin: "remote",
         lines,
     };
-    let id = crate::ledger::write_concept(ctx.att, nv.to_pointer()).await?;
-    if let Err(e) = ctx
-        .att
+    let id = crate::ledger::write_concept(att, nv.to_pointer()).await?;
+    if let Err(e) = att
         .resolve(verdict::link_pointer(&id, &finding.concept_id))
         .await
     {
         tracing::debug!("linking verdict {id} failed: {e}");
+    }
+    if credit {
+        let usage = json!({"type": "conceptUsage_write", "usageData": {
+            "concept_id": finding.concept_id, "trace_id": format!("finding-close:{id}"), "outcome": "success"}});
+        if let Err(e) = att.resolve(usage).await {
+            tracing::warn!("recording the fix's relevance failed: {e}");
+        }
     }
     Ok(id)
 }
