@@ -251,115 +251,164 @@ fn logs(name: &str) -> String {
     format!("{}{}", out.stdout, out.stderr)
 }
 
-#[test]
-fn a_fleet_of_two_cells_closes_three_tasks_once_each_and_exits_0() {
-    let t0 = Instant::now();
+/// A ledger and a git server on a fresh network, and one task recorded per `(file, details)`;
+/// the task ids in that order.
+struct World {
+    fleet: Fleet,
+    git: String,
+    key: String,
+    ids: Vec<String>,
+}
+
+const ORIGIN: &str = "git://git/app.git";
+
+fn world(tasks: &[(&str, &str)]) -> World {
     images();
-    let built = t0.elapsed();
     let mut fleet = Fleet::new();
-    let files = ["a.py", "b.py", "c.py"];
+    let files: Vec<&str> = tasks.iter().map(|(f, _)| *f).collect();
     let git = git_server(&mut fleet, &files);
     let (_ledger, key) = ledger(&mut fleet);
-    let origin = "git://git/app.git";
-
-    let mut ids = Vec::new();
-    for f in files {
-        let out = mb(
-            &fleet,
-            &key,
-            &[
-                "finding",
-                "record",
-                "--origin",
-                origin,
-                "--category",
-                "task",
-                "--severity",
-                "HIGH",
-                "--file",
-                f,
-                "--summary",
-                &format!("fix {f}"),
-                "--details",
-                "ref: main",
-                "--json",
-            ],
-        );
+    let mut w = World {
+        fleet,
+        git,
+        key,
+        ids: Vec::new(),
+    };
+    for (f, details) in tasks {
+        let out = w.mb(&[
+            "finding",
+            "record",
+            "--origin",
+            ORIGIN,
+            "--category",
+            "task",
+            "--severity",
+            "HIGH",
+            "--file",
+            f,
+            "--summary",
+            &format!("fix {f}"),
+            "--details",
+            details,
+            "--json",
+        ]);
         assert_eq!(out.code, 0, "{out:?}");
         let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("record --json");
-        ids.push(v["finding_ids"][0].as_str().expect("an id").to_string());
+        w.ids
+            .push(v["finding_ids"][0].as_str().expect("an id").to_string());
+    }
+    w
+}
+
+impl World {
+    fn mb(&self, args: &[&str]) -> Output {
+        mb(&self.fleet, &self.key, args)
     }
 
-    let harness = repo().join("examples/fleet/harness.sh");
-    let mount = format!("{}:/harness.sh:ro", harness.display());
-    let fleet_start = Instant::now();
-    let mut cells = Vec::new();
-    for n in 1..=2 {
-        let mut args: Vec<String> = attach_env(&key);
-        for e in [
-            format!("ORIGIN={origin}"),
-            "HARNESS=sh /harness.sh".into(),
+    /// Starts a cell running the sample harness (or `harness`), with `extra` environment.
+    fn cell(&mut self, alias: &str, harness: &str, extra: &[&str]) -> String {
+        let mount = format!(
+            "{}:/harness.sh:ro",
+            repo().join("examples/fleet/harness.sh").display()
+        );
+        let mut env = vec![
+            format!("ORIGIN={ORIGIN}"),
+            format!("HARNESS={harness}"),
             "RETRY_MAX=2".into(),
-        ] {
+        ];
+        env.extend(extra.iter().map(|e| e.to_string()));
+        let mut args: Vec<String> = attach_env(&self.key);
+        for e in env {
             args.push("-e".into());
             args.push(e);
         }
-        args.extend(["-v".into(), mount.clone(), CELL.into()]);
+        args.extend(["-v".into(), mount, CELL.into()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        cells.push(fleet.start(&format!("cell{n}"), &args));
+        self.fleet.start(alias, &args)
     }
-    for c in &cells {
-        let code = docker_ok(&["wait", c]);
-        assert_eq!(code, "0", "{c} exited {code}:\n{}", logs(c));
-    }
-    let fleet_wall = fleet_start.elapsed();
 
-    let all_logs: String = cells.iter().map(|c| logs(c)).collect();
-    for id in &ids {
-        let closed = all_logs
-            .matches(&format!("{id}: finding close exit 0, outcome closed"))
-            .count();
-        assert_eq!(closed, 1, "{id} closed {closed} times:\n{all_logs}");
+    /// Waits for the container to exit and asserts its code, showing its log when it differs.
+    fn exits(&self, cell: &str, code: &str) {
+        let got = docker_ok(&["wait", cell]);
+        assert_eq!(got, code, "{cell} exited {got}:\n{}", logs(cell));
     }
-    // Nothing is left open for a next cell.
-    let scratch = mb(
-        &fleet,
-        &key,
-        &[
+
+    /// A fresh pull on a scratch container: (exit, stdout).
+    fn pull(&self) -> Output {
+        self.mb(&[
             "task",
             "pull",
             "--origin",
-            origin,
+            ORIGIN,
             "--task-dir",
             "/tmp/t",
             "--work-dir",
             "/tmp/w",
             "--json",
-        ],
-    );
-    assert_eq!(scratch.code, 3, "{scratch:?}");
-    // main holds each fix once, and every file its one fixed line.
-    let log = docker_ok(&[
-        "exec",
-        &git,
-        "git",
-        "-C",
-        "/srv/app.git",
-        "log",
-        "--format=%B",
-        "main",
-    ]);
-    for id in &ids {
-        assert_eq!(
-            log.matches(&format!("Fixes-Finding: {id}")).count(),
-            1,
-            "{id} in main's log:\n{log}"
-        );
+        ])
     }
-    for f in files {
+
+    fn main_log(&self) -> String {
+        docker_ok(&[
+            "exec",
+            &self.git,
+            "git",
+            "-C",
+            "/srv/app.git",
+            "log",
+            "--format=%B",
+            "main",
+        ])
+    }
+
+    fn fixes_on_main(&self, id: &str) -> usize {
+        self.main_log()
+            .matches(&format!("Fixes-Finding: {id}"))
+            .count()
+    }
+}
+
+fn closed_in(logs: &str, id: &str) -> usize {
+    logs.matches(&format!("{id}: finding close exit 0, outcome closed"))
+        .count()
+}
+
+fn wait_log(cell: &str, needle: &str) {
+    wait_for(
+        &format!("{cell} logging {needle:?}"),
+        Duration::from_secs(60),
+        || logs(cell).contains(needle),
+    );
+}
+
+#[test]
+fn a_fleet_of_four_cells_closes_eight_tasks_once_each_and_exits_0() {
+    let t0 = Instant::now();
+    images();
+    let built = t0.elapsed();
+    let files: Vec<String> = (1..=8).map(|n| format!("f{n}.py")).collect();
+    let tasks: Vec<(&str, &str)> = files.iter().map(|f| (f.as_str(), "ref: main")).collect();
+    let mut w = world(&tasks);
+
+    let fleet_start = Instant::now();
+    let cells: Vec<String> = (1..=4)
+        .map(|n| w.cell(&format!("cell{n}"), "sh /harness.sh", &[]))
+        .collect();
+    for c in &cells {
+        w.exits(c, "0");
+    }
+    let fleet_wall = fleet_start.elapsed();
+
+    let all_logs: String = cells.iter().map(|c| logs(c)).collect();
+    for id in &w.ids {
+        assert_eq!(closed_in(&all_logs, id), 1, "{id}:\n{all_logs}");
+        assert_eq!(w.fixes_on_main(id), 1, "{id} on main:\n{}", w.main_log());
+    }
+    assert_eq!(w.pull().code, 3, "nothing is left open");
+    for f in &files {
         let text = docker_ok(&[
             "exec",
-            &git,
+            &w.git,
             "git",
             "-C",
             "/srv/app.git",
@@ -369,7 +418,118 @@ fn a_fleet_of_two_cells_closes_three_tasks_once_each_and_exits_0() {
         assert_eq!(text.matches("# fixed for ").count(), 1, "{f}:\n{text}");
     }
     eprintln!(
-        "container fleet: images {built:?}, 2 cells x 3 tasks wall {fleet_wall:?}, test {:?}",
+        "container fleet: images {built:?}, 4 cells x 8 tasks wall {fleet_wall:?}, test {:?}",
         t0.elapsed()
     );
+}
+
+#[test]
+fn docker_stop_releases_the_claim_and_the_task_is_free_at_once() {
+    let mut w = world(&[("a.py", "ref: main")]);
+    let cell = w.cell("cell1", "sleep 600", &[]);
+    wait_log(&cell, "pulled ");
+    docker_ok(&["stop", "-t", "20", &cell]);
+    w.exits(&cell, "143");
+    assert!(
+        logs(&cell).contains("interrupted; releasing the claim"),
+        "{}",
+        logs(&cell)
+    );
+    let out = w.pull();
+    assert_eq!(out.code, 0, "the released task is pulled at once: {out:?}");
+    assert!(out.stdout.contains(&w.ids[0]), "{out:?}");
+}
+
+#[test]
+fn a_killed_cell_restarted_resumes_its_task_and_a_lapsed_claim_goes_to_another_cell() {
+    let mut w = world(&[("a.py", "ref: main"), ("b.py", "ref: main")]);
+    // First run: the harness hangs; after a restart (same container, same hostname, so the
+    // same claimer) it fixes.
+    let slow_once = "if [ ! -e /tmp/once ]; then touch /tmp/once; sleep 600; fi; sh /harness.sh";
+    let a = w.cell("cella", slow_once, &["CLAIM_MINUTES=1"]);
+    wait_log(&a, "pulled ");
+    let first = logs(&a);
+    docker_ok(&["kill", &a]);
+    let held = w
+        .ids
+        .iter()
+        .find(|id| first.contains(&format!("pulled {id}")))
+        .expect("a pulled one of the tasks")
+        .clone();
+    let other = w.ids.iter().find(|id| **id != held).unwrap().clone();
+
+    // A killed cell released nothing: a second, hanging cell takes the other task, and the
+    // held one stays held until its claim lapses.
+    let b = w.cell("cellb", slow_once, &["CLAIM_MINUTES=1"]);
+    wait_log(&b, &format!("pulled {other}"));
+    docker_ok(&["kill", &b]);
+
+    // Restarted, cell a resumes the task it still holds and then closes what is left.
+    docker_ok(&["start", &a]);
+    w.exits(&a, "0");
+    let a_logs = logs(&a);
+    assert!(a_logs.contains(&format!("pulled {held}")), "{a_logs}");
+    // Cell b's task came to cell a only after b's one-minute claim lapsed.
+    assert_eq!(closed_in(&a_logs, &held), 1, "{a_logs}");
+    assert_eq!(closed_in(&a_logs, &other), 1, "{a_logs}");
+    assert!(a_logs.contains("held by others"), "{a_logs}");
+    for id in &w.ids {
+        assert_eq!(w.fixes_on_main(id), 1, "{id}:\n{}", w.main_log());
+    }
+}
+
+#[test]
+fn under_review_a_fix_on_its_task_branch_stays_pending_until_merged() {
+    let mut w = world(&[("a.py", "ref: main\npush_to: task\nintegrate: review")]);
+    let id = w.ids[0].clone();
+    let cell = w.cell("cell1", "sh /harness.sh", &[]);
+    w.exits(&cell, "0");
+    assert!(
+        logs(&cell).contains(&format!("{id}: finding close exit 0, outcome pending")),
+        "{}",
+        logs(&cell)
+    );
+    assert_eq!(w.fixes_on_main(&id), 0);
+    assert_eq!(w.pull().code, 3, "a pending task is not pulled again");
+
+    docker_ok(&[
+        "exec",
+        &w.git,
+        "sh",
+        "-c",
+        &format!(
+            "set -e; git clone -q /srv/app.git /m; cd /m; git -c user.name=r -c user.email=r@x \
+             merge -q --no-ff origin/task/{id} -m 'merge task/{id}'; git push -q origin main"
+        ),
+    ]);
+    let env = attach_env(&w.key);
+    let mut args: Vec<&str> = env.iter().map(String::as_str).collect();
+    let script = format!(
+        "set -e; git clone -q {ORIGIN} /tmp/w; metabob-mcp finding close --work-dir /tmp/w \
+         --commits origin/main~1..origin/task/{id} --target main --json"
+    );
+    args.extend_from_slice(&["--entrypoint", "sh", CELL, "-c", &script]);
+    let out = w.fleet.run(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("close --json");
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["finding_id"] == id.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} in {v}"));
+    assert_eq!(f["outcome"], "closed", "{v}");
+    assert_eq!(w.fixes_on_main(&id), 1);
+}
+
+#[test]
+fn a_task_with_a_refused_ref_is_withdrawn_and_the_fleet_goes_on() {
+    let mut w = world(&[("a.py", "ref: ..bad"), ("b.py", "ref: main")]);
+    let cell = w.cell("cell1", "sh /harness.sh", &[]);
+    w.exits(&cell, "0");
+    let l = logs(&cell);
+    assert_eq!(closed_in(&l, &w.ids[1]), 1, "{l}");
+    assert_eq!(closed_in(&l, &w.ids[0]), 0, "{l}");
+    assert_eq!(w.fixes_on_main(&w.ids[1]), 1);
 }
