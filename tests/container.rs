@@ -426,8 +426,13 @@ fn a_fleet_of_four_cells_closes_eight_tasks_once_each_and_exits_0() {
 #[test]
 fn docker_stop_releases_the_claim_and_the_task_is_free_at_once() {
     let mut w = world(&[("a.py", "ref: main")]);
+    let started = Instant::now();
     let cell = w.cell("cell1", "sleep 600", &[]);
     wait_log(&cell, "pulled ");
+    eprintln!(
+        "container cell: docker run to task pulled {:?}",
+        started.elapsed()
+    );
     docker_ok(&["stop", "-t", "20", &cell]);
     w.exits(&cell, "143");
     assert!(
