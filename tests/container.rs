@@ -538,3 +538,24 @@ fn a_task_with_a_refused_ref_is_withdrawn_and_the_fleet_goes_on() {
     assert_eq!(closed_in(&l, &w.ids[0]), 0, "{l}");
     assert_eq!(w.fixes_on_main(&w.ids[1]), 1);
 }
+
+#[test]
+fn a_rebase_conflict_aborts_releases_the_claim_and_exits_1() {
+    let mut w = world(&[("a.py", "ref: main")]);
+    let id = w.ids[0].clone();
+    // While the harness works, someone else lands a change to the same lines on main.
+    let racing = "set -e; git clone -q \"$ORIGIN\" /tmp/other; cd /tmp/other; \
+                  echo 'x = 2' > a.py; git commit -qam 'someone else'; git push -q origin main; \
+                  cd \"$WORK_DIR\"; sh /harness.sh";
+    let cell = w.cell("cell1", racing, &[]);
+    w.exits(&cell, "1");
+    let l = logs(&cell);
+    assert!(
+        l.contains(&format!("{id}: rebase onto origin/main conflicts")),
+        "{l}"
+    );
+    assert_eq!(w.fixes_on_main(&id), 0);
+    let out = w.pull();
+    assert_eq!(out.code, 0, "the released task is pulled at once: {out:?}");
+    assert!(out.stdout.contains(&id), "{out:?}");
+}
