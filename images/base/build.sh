@@ -12,6 +12,13 @@ SUITE=bookworm
 
 log() { echo "build.sh: $*" >&2; }
 
+# One build at a time on a machine: concurrent test runs share the Docker engine. The check
+# below runs under the lock, so a waiter finds the image the first one built.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"${TMPDIR:-/tmp}/metabob-base-build.lock"
+    flock 9
+fi
+
 if [ "${FORCE:-0}" != 1 ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
     log "$IMAGE exists (FORCE=1 rebuilds)"
     echo "$IMAGE"
