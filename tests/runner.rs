@@ -2,6 +2,7 @@
 
 mod attach;
 mod cell;
+mod container;
 mod git;
 mod guard;
 mod ledger;
