@@ -544,8 +544,27 @@ fn renew_keeps_the_claim_and_release_hands_the_task_to_the_next_cell() {
     assert_eq!(out.code, 4, "{out:?}");
     assert_eq!(v["candidates"][0]["outcome"], "held");
     assert!(v["retry_after_seconds"].as_i64().unwrap() > 25 * 60, "{v}");
-    let out = w.env.run(&["task", "release", "--task-dir", &t]);
+    let out = w.env.run(&[
+        "task",
+        "release",
+        "--task-dir",
+        &t,
+        "--reason",
+        "the harness gave up",
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
+    let withdrawal = w.verdicts().into_iter().find(|c| {
+        c["content"]
+            .as_str()
+            .unwrap()
+            .contains("verdict: claim withdrawn")
+    });
+    assert!(
+        withdrawal.unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .contains("reason: the harness gave up")
+    );
     // Released: the next cell takes it at once, and c1 can no longer renew it.
     let (out, v) = w.pull("c3", &[]);
     assert_eq!(out.code, 0, "{out:?}");

@@ -11,11 +11,13 @@ use crate::ledger::claims::{self, ClaimAction, ClaimOutcome};
 use crate::ledger::finding::Finding;
 use crate::ledger::recall::fetch_concept;
 
-/// Renews or releases the claim recorded in `<task_dir>/task.json` (anchor: renew_or_release).
+/// Renews or releases the claim recorded in `<task_dir>/task.json` (anchor: renew_or_release);
+/// a release records `reason` on the withdrawal, so the ledger says why the task came back.
 pub async fn renew_or_release(
     task_dir: &Path,
     action: ClaimAction,
     minutes: Option<i64>,
+    reason: Option<&str>,
     mut env: Env,
 ) -> Result<ClaimOutcome, CellError> {
     let path = task_dir.join("task.json");
@@ -51,5 +53,5 @@ pub async fn renew_or_release(
         .as_ref()
         .and_then(Finding::from_concept)
         .ok_or_else(|| CellError::Failed(format!("the ledger has no task {concept_id}")))?;
-    Ok(claims::claim_finding(&att, &finding, &holder, &session, minutes, action).await?)
+    Ok(claims::claim_finding(&att, &finding, &holder, &session, minutes, action, reason).await?)
 }

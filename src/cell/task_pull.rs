@@ -125,8 +125,16 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
 
     for r in mine.into_iter().chain(free) {
         let f = &r.finding;
-        let outcome =
-            claims::claim_finding(&att, f, &me, &session, opts.minutes, ClaimAction::Claim).await?;
+        let outcome = claims::claim_finding(
+            &att,
+            f,
+            &me,
+            &session,
+            opts.minutes,
+            ClaimAction::Claim,
+            None,
+        )
+        .await?;
         let held = match &outcome {
             ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => held.clone(),
             ClaimOutcome::Held { by } | ClaimOutcome::Lost { winner: by } => {
@@ -232,7 +240,9 @@ fn held_line(h: &Held) -> String {
 
 async fn withdraw(att: &Attachment, f: &Finding, me: &str, session: &str, why: &str) {
     tracing::warn!("withdrawing the claim on {}: {why}", f.id());
-    if let Err(e) = claims::claim_finding(att, f, me, session, 0, ClaimAction::Release).await {
+    if let Err(e) =
+        claims::claim_finding(att, f, me, session, 0, ClaimAction::Release, Some(why)).await
+    {
         tracing::warn!("the withdrawal was not written ({e}); the claim lapses by itself");
     }
 }

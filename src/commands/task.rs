@@ -59,6 +59,9 @@ pub struct ClaimArgs {
     /// New claim length in minutes (default: what task.json recorded).
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..=240))]
     pub minutes: Option<i64>,
+    /// Why the task is given back, recorded on the withdrawal (release only).
+    #[arg(long)]
+    pub reason: Option<String>,
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
@@ -123,7 +126,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
 }
 
 async fn claim(a: ClaimArgs, action: ClaimAction, env: Env) -> CliResult {
-    let outcome = renew_or_release(&a.task_dir, action, a.minutes, env)
+    let outcome = renew_or_release(&a.task_dir, action, a.minutes, a.reason.as_deref(), env)
         .await
         .map_err(|e| super::cell_error("task", e))?;
     if a.json {

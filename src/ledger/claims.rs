@@ -226,6 +226,7 @@ pub async fn claim_finding(
     session: &str,
     minutes: i64,
     action: ClaimAction,
+    reason: Option<&str>,
 ) -> Result<ClaimOutcome, crate::attachment::ResolveError> {
     use super::recall::verdicts_of;
     use super::verdict::{NewVerdict, standing};
@@ -255,7 +256,7 @@ pub async fn claim_finding(
     let (kind, lines) = match action {
         ClaimAction::Release => (
             VerdictKind::Withdrawn,
-            vec![("reason", "released".to_string())],
+            vec![("reason", reason.unwrap_or("released").to_string())],
         ),
         _ => (
             VerdictKind::Claimed,
