@@ -8,6 +8,7 @@
 //! run them on `tokio::task::spawn_blocking`.
 
 mod clone;
+pub mod cochange;
 mod patch_id;
 
 use std::path::{Path, PathBuf};
