@@ -63,6 +63,8 @@ pub struct PullReport {
     pub retry_after: Option<String>,
     pub retry_after_seconds: Option<i64>,
     pub candidates: Vec<Candidate>,
+    /// The ledger's window was full: older tasks may exist past it and were not considered.
+    pub recall_truncated: bool,
 }
 
 /// Runs the pull (anchor: run_task_pull).
@@ -96,6 +98,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         retry_after: None,
         retry_after_seconds: None,
         candidates: Vec::new(),
+        recall_truncated: view.findings_truncated,
     };
     let mut retry_at: Option<i64> = None;
     let mut open = 0usize;
@@ -111,8 +114,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         match view.holder(&r.finding, now) {
             Some(h) if h.holder == me => mine.push(r),
             Some(h) => {
-                retry_at =
-                    Some(retry_at.map_or(claims::lapses_at(&h), |t| t.min(claims::lapses_at(&h))));
+                earliest(&mut retry_at, claims::lapses_at(&h));
                 report
                     .candidates
                     .push(candidate(&r.finding, "held", Some(held_line(&h))));
@@ -138,16 +140,14 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         let held = match &outcome {
             ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => held.clone(),
             ClaimOutcome::Held { by } | ClaimOutcome::Lost { winner: by } => {
-                retry_at =
-                    Some(retry_at.map_or(claims::lapses_at(by), |t| t.min(claims::lapses_at(by))));
+                earliest(&mut retry_at, claims::lapses_at(by));
                 report
                     .candidates
                     .push(candidate(f, outcome.word(), Some(held_line(by))));
                 continue;
             }
             ClaimOutcome::Unsettled => {
-                let soon = now_ms() + UNSETTLED_RETRY_MS;
-                retry_at = Some(retry_at.map_or(soon, |t| t.min(soon)));
+                earliest(&mut retry_at, now_ms() + UNSETTLED_RETRY_MS);
                 report.candidates.push(candidate(f, "unsettled", None));
                 continue;
             }
@@ -222,6 +222,11 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         report.retry_after_seconds = Some(((at - now_ms()).max(0) + 999) / 1000);
     }
     Ok(report)
+}
+
+/// Keeps the earliest moment worth looking again.
+fn earliest(slot: &mut Option<i64>, at: i64) {
+    *slot = Some(slot.map_or(at, |t| t.min(at)));
 }
 
 fn candidate(f: &Finding, outcome: &str, detail: Option<String>) -> Candidate {
