@@ -105,7 +105,13 @@ enum Server {
     Huge,
 }
 
-async fn serve(kind: Server) -> (u16, Log) {
+/// A loopback listener that reads each request, logs it, and hands the connection, the
+/// request and how many requests it has seen so far to `answer`.
+async fn listen<F, Fut>(answer: F) -> (u16, Log)
+where
+    F: Fn(TcpStream, Seen, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind a loopback port");
@@ -114,44 +120,54 @@ async fn serve(kind: Server) -> (u16, Log) {
     let seen_log = log.clone();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
-            let log = seen_log.clone();
+            let (log, answer) = (seen_log.clone(), answer.clone());
             tokio::spawn(async move {
                 let Some(seen) = read_request(&mut s).await else {
                     return;
                 };
-                log.lock().expect("log lock").push(seen.clone());
-                let served = log.lock().expect("log lock").len();
-                let answer = match kind {
-                    Server::Json if seen.request_line().starts_with("POST /echo ") => {
-                        http_response("200 OK", "application/json", &seen.body)
-                    }
-                    Server::Json => http_response("200 OK", "application/json", br#"{"ok":true}"#),
-                    Server::Html => http_response(
-                        "200 OK",
-                        "text/html",
-                        b"<html><body>Sign in to the guest network</body></html>",
-                    ),
-                    Server::GatewayTwice if served <= 2 => {
-                        http_response("503 Service Unavailable", "text/plain", b"busy")
-                    }
-                    Server::GatewayTwice => {
-                        http_response("200 OK", "application/json", br#"{"ok":true}"#)
-                    }
-                    Server::Huge => {
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n{".to_vec()
-                    }
-                    Server::Close => return,
-                    Server::Silent => {
-                        tokio::time::sleep(Duration::from_secs(60)).await;
-                        return;
-                    }
+                let served = {
+                    let mut log = log.lock().expect("log lock");
+                    log.push(seen.clone());
+                    log.len()
                 };
-                let _ = s.write_all(&answer).await;
-                let _ = s.shutdown().await;
+                answer(s, seen, served).await;
             });
         }
     });
     (port, log)
+}
+
+async fn reply(mut s: TcpStream, answer: &[u8]) {
+    let _ = s.write_all(answer).await;
+    let _ = s.shutdown().await;
+}
+
+async fn serve(kind: Server) -> (u16, Log) {
+    listen(move |s, seen, served| async move {
+        let answer = match kind {
+            Server::Json if seen.request_line().starts_with("POST /echo ") => {
+                http_response("200 OK", "application/json", &seen.body)
+            }
+            Server::Json => http_response("200 OK", "application/json", br#"{"ok":true}"#),
+            Server::Html => http_response(
+                "200 OK",
+                "text/html",
+                b"<html><body>Sign in to the guest network</body></html>",
+            ),
+            Server::GatewayTwice if served <= 2 => {
+                http_response("503 Service Unavailable", "text/plain", b"busy")
+            }
+            Server::GatewayTwice => http_response("200 OK", "application/json", br#"{"ok":true}"#),
+            Server::Huge => b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n{".to_vec(),
+            Server::Close => return,
+            Server::Silent => {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                return;
+            }
+        };
+        reply(s, &answer).await;
+    })
+    .await
 }
 
 #[derive(Clone, Copy)]
@@ -174,61 +190,45 @@ enum Proxy {
 }
 
 async fn proxy(mode: Proxy) -> (u16, Log) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a loopback port");
-    let port = listener.local_addr().expect("bound address").port();
-    let log: Log = Arc::default();
-    let seen_log = log.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let log = seen_log.clone();
-            tokio::spawn(async move {
-                let Some(seen) = read_request(&mut s).await else {
+    listen(move |mut s, seen, _| async move {
+                let connect = seen.request_line().starts_with("CONNECT ");
+        let answer: Vec<u8> = match (mode, connect) {
+            (Proxy::Auth(challenge), _) => format!(
+                "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: {challenge}\r\nContent-Length: 0\r\n\r\n"
+            )
+            .into_bytes(),
+            (Proxy::Forbid, true) => b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            (Proxy::BadGateway, true) => b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            (Proxy::Garbage, true) => b"SSH-2.0-OpenSSH_9.2\r\n\r\n".to_vec(),
+            (Proxy::PageAfter200, true) => {
+                b"HTTP/1.1 200 OK\r\n\r\n<html>Acceptable use policy</html>".to_vec()
+            }
+            (Proxy::Silent, true) => {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                return;
+            }
+            (Proxy::Tunnel(upstream), true) => {
+                let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    let _ = s.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
                     return;
                 };
-                log.lock().expect("log lock").push(seen.clone());
-                let connect = seen.request_line().starts_with("CONNECT ");
-                let answer: Vec<u8> = match (mode, connect) {
-                    (Proxy::Auth(challenge), _) => format!(
-                        "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: {challenge}\r\nContent-Length: 0\r\n\r\n"
-                    )
-                    .into_bytes(),
-                    (Proxy::Forbid, true) => b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n".to_vec(),
-                    (Proxy::BadGateway, true) => b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n".to_vec(),
-                    (Proxy::Garbage, true) => b"SSH-2.0-OpenSSH_9.2\r\n\r\n".to_vec(),
-                    (Proxy::PageAfter200, true) => {
-                        b"HTTP/1.1 200 OK\r\n\r\n<html>Acceptable use policy</html>".to_vec()
-                    }
-                    (Proxy::Silent, true) => {
-                        tokio::time::sleep(Duration::from_secs(60)).await;
-                        return;
-                    }
-                    (Proxy::Tunnel(upstream), true) => {
-                        let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                            let _ = s.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
-                            return;
-                        };
-                        if s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
-                            return;
-                        }
-                        let _ = tokio::io::copy_bidirectional(&mut s, &mut up).await;
-                        return;
-                    }
-                    (_, false) => {
-                        let body = serde_json::json!({
-                            "request_line": seen.request_line(),
-                            "proxy_authorization": seen.header("proxy-authorization"),
-                        });
-                        http_response("200 OK", "application/json", body.to_string().as_bytes())
-                    }
-                };
-                let _ = s.write_all(&answer).await;
-                let _ = s.shutdown().await;
-            });
-        }
-    });
-    (port, log)
+                if s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut s, &mut up).await;
+                return;
+            }
+            (_, false) => {
+                let body = serde_json::json!({
+                    "request_line": seen.request_line(),
+                    "proxy_authorization": seen.header("proxy-authorization"),
+                });
+                http_response("200 OK", "application/json", body.to_string().as_bytes())
+            }
+        };
+        reply(s, &answer).await;
+    })
+    .await
 }
 
 // ---- direct ----
