@@ -11,9 +11,12 @@ pub mod env;
 pub mod error;
 pub mod git;
 pub mod guard;
+pub mod index;
 pub mod ledger;
 pub mod ledger_server;
+pub mod mcp;
 pub mod net;
+pub mod store;
 pub mod trailers;
 pub mod util;
 

@@ -5,7 +5,9 @@ pub mod attach;
 pub mod doctor;
 pub mod finding;
 pub mod ledger;
+pub mod serve;
 pub mod task;
+pub mod tool;
 
 use clap::{Parser, Subcommand};
 
@@ -22,8 +24,9 @@ pub struct Cli {
     /// Substrate endpoint; written into METABOB_ENDPOINT before any loader runs.
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint: Option<String>,
+    /// Without a command, `serve`: so an MCP client entry `{ "command": "metabob-mcp" }` works.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -36,8 +39,12 @@ pub enum Command {
     Finding(finding::FindingArgs),
     /// The embedded ledger: discovery, identity and concept-db over SQLite.
     Ledger(ledger::LedgerArgs),
+    /// Serve MCP over stdio (the default command).
+    Serve(serve::ServeArgs),
     /// A cell's task: pull, renew, release.
     Task(task::TaskArgs),
+    /// Run MCP tools from a shell, in process: list, call.
+    Tool(tool::ToolArgs),
 }
 
 pub async fn run(cli: Cli, mut env: Env) -> CliResult {
@@ -48,7 +55,12 @@ pub async fn run(cli: Cli, mut env: Env) -> CliResult {
     if let Some(endpoint) = cli.endpoint {
         env.set("METABOB_ENDPOINT", endpoint);
     }
-    match cli.command {
+    match cli
+        .command
+        .unwrap_or(Command::Serve(serve::ServeArgs::default()))
+    {
+        Command::Serve(args) => serve::run(args, env).await,
+        Command::Tool(args) => tool::run(args, env).await,
         Command::Attach(args) => attach::run(args, env).await,
         Command::Doctor(args) => doctor::run(args, env).await,
         Command::Finding(args) => finding::run(args, env).await,

@@ -10,6 +10,7 @@
 mod clone;
 pub mod cochange;
 mod patch_id;
+pub mod status;
 
 use std::path::{Path, PathBuf};
 

@@ -13,7 +13,19 @@ use crate::util::{parse_rfc3339_ms, random_hex};
 pub const FINDING_SHAPE: &str = "code_finding";
 pub const FINDING_SOURCE_TYPE: &str = "metabob_annotation";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Severity {
     Critical,

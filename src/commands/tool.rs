@@ -1,0 +1,81 @@
+//! `tool list` and `tool call NAME --args JSON`: any MCP tool from a shell, in process, with the
+//! answer MCP would give.
+
+use clap::{Args, Subcommand};
+
+use crate::env::Env;
+use crate::error::{CliError, CliResult, Exit};
+use crate::mcp::Ctx;
+use crate::mcp::calllog::Via;
+
+#[derive(Debug, Args)]
+pub struct ToolArgs {
+    #[command(subcommand)]
+    pub command: ToolCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolCommand {
+    /// List the tools with their descriptions (--json: with input schemas, as tools/list).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one tool; prints its text answer, exit 1 when the tool reports an error.
+    Call {
+        name: String,
+        /// The arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// Print the MCP result object ({content, isError}) instead of the text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(args: ToolArgs, env: Env) -> CliResult {
+    match args.command {
+        ToolCommand::List { json } => {
+            if json {
+                super::print_json(&crate::mcp::server::tool_list())?;
+            } else {
+                for t in crate::mcp::tools::TOOLS {
+                    println!("{:<22} {}", t.name, t.description);
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        ToolCommand::Call { name, args, json } => {
+            let value: serde_json::Value = serde_json::from_str(&args).map_err(|e| {
+                CliError::failure(format!(
+                    "--args is not JSON ({e}); pass an object such as '{{\"query\": \"parse\"}}'"
+                ))
+            })?;
+            if !value.is_object() {
+                return Err(CliError::failure(
+                    "--args must be a JSON object, such as '{}'",
+                ));
+            }
+            if crate::mcp::tools::spec(&name).is_none() {
+                return Err(CliError::failure(format!(
+                    "no tool named {name}; `metabob-mcp tool list` names them"
+                )));
+            }
+            let ctx = Ctx::new(env, false);
+            let reply = crate::mcp::tools::call(&ctx, &name, value, Via::Cli).await;
+            if json {
+                super::print_json(&serde_json::json!({
+                    "content": [{"type": "text", "text": reply.text}],
+                    "isError": reply.is_error,
+                }))?;
+            } else {
+                println!("{}", reply.text);
+            }
+            Ok(if reply.is_error {
+                Exit::Failure
+            } else {
+                Exit::Ok
+            })
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The MCP server (SPEC.md §serve): the stdio surface, the workspace it works on, the tool
+//! registry and the call log. Tools adapt; the ledger, index, git and store modules decide.
+
+pub mod calllog;
+pub mod ctx;
+pub mod instructions;
+pub mod schema;
+pub mod server;
+pub mod tools;
+pub mod workspace;
+
+pub use ctx::Ctx;

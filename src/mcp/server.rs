@@ -1,0 +1,135 @@
+//! The MCP surface over stdio (SPEC.md §serve): rmcp carries the protocol; every tool call goes
+//! to the one registry path. stdout is JSON-RPC only; logs go to stderr.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+
+use super::calllog::Via;
+use super::ctx::Ctx;
+use super::instructions::INSTRUCTIONS;
+use super::tools::{self, TOOLS};
+use super::workspace::Roots;
+
+#[derive(Clone)]
+pub struct Server {
+    ctx: Arc<Ctx>,
+}
+
+impl Server {
+    pub fn new(ctx: Arc<Ctx>) -> Server {
+        Server { ctx }
+    }
+
+    /// Asks a client that declared roots for them; the workspace waits for the answer.
+    fn ask_roots(&self, peer: rmcp::Peer<RoleServer>) {
+        let declares = peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.roots.is_some());
+        if !declares {
+            return;
+        }
+        self.ctx.workspace.set_roots(Roots::Pending);
+        let ctx = self.ctx.clone();
+        tokio::spawn(async move {
+            #[allow(deprecated)] // roots are deprecated by SEP-2577, and still what clients send
+            match peer.list_roots().await {
+                Ok(r) => {
+                    let uris: Vec<String> = r.roots.into_iter().map(|r| r.uri).collect();
+                    ctx.workspace.answer_roots(&uris);
+                }
+                Err(e) => {
+                    tracing::info!(
+                        "the client did not answer roots/list ({e}); going on without roots"
+                    );
+                    ctx.workspace.set_roots(Roots::NotAsked);
+                }
+            }
+        });
+    }
+}
+
+/// The tool list as MCP describes it.
+pub fn tool_list() -> Vec<Tool> {
+    TOOLS
+        .iter()
+        .map(|t| Tool::new(t.name, t.description, Arc::new((t.schema)())))
+        .collect()
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "metabob-mcp",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tool_list()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request
+            .arguments
+            .map(serde_json::Value::Object)
+            .unwrap_or(serde_json::Value::Null);
+        let ctx = self.ctx.clone();
+        let name = request.name.to_string();
+        // A cancelled call stops here; rmcp sends no answer for a cancelled request.
+        let reply = tokio::select! {
+            r = tools::call(&ctx, &name, args, Via::Stdio) => r,
+            _ = context.ct.cancelled() => {
+                tracing::info!("tool call {name} cancelled by the client");
+                return Err(ErrorData::internal_error("cancelled", None));
+            }
+        };
+        let content = vec![ContentBlock::text(reply.text)];
+        Ok(if reply.is_error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        }
+        .into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.ask_roots(context.peer);
+    }
+
+    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
+        self.ask_roots(context.peer);
+    }
+}
+
+/// Serves MCP on `transport` until the client closes either stream.
+pub async fn serve<T, E, A>(ctx: Arc<Ctx>, transport: T) -> Result<(), String>
+where
+    T: rmcp::transport::IntoTransport<RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let running = Server::new(ctx)
+        .serve(transport)
+        .await
+        .map_err(|e| format!("the MCP session did not start: {e}"))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| format!("the MCP session ended abnormally: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! The tool registry (SPEC.md §Tools): each tool's name, description, argument type and
+//! handler in one table, and the one path every call takes (workspace gate, schema check,
+//! outgoing guard, call log), whether it came over MCP or from `tool call`.
+
+pub mod findings;
+pub mod local;
+
+use std::time::Instant;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::calllog::{Entry, Via};
+use super::ctx::Ctx;
+use super::schema::{schema_of, validate};
+use crate::guard::describe_args_for_log;
+
+/// How a call ended, for the call log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    /// The outgoing guard refused the input; nothing was sent.
+    Refused,
+    /// The attachment's gate refused a tool that is substrate only.
+    NotAttached,
+    Error,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Refused => "refused",
+            Outcome::NotAttached => "not_attached",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// A tool's answer: one text block, an error flag, and what the call log records.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub text: String,
+    pub is_error: bool,
+    pub outcome: Outcome,
+    /// What the answer did beyond running (claim outcomes, mark_complete's result).
+    pub result: Option<&'static str>,
+}
+
+impl Reply {
+    pub fn ok(text: impl Into<String>) -> Reply {
+        Reply {
+            text: text.into(),
+            is_error: false,
+            outcome: Outcome::Ok,
+            result: None,
+        }
+    }
+    pub fn error(text: impl Into<String>) -> Reply {
+        Reply {
+            text: text.into(),
+            is_error: true,
+            outcome: Outcome::Error,
+            result: None,
+        }
+    }
+    pub fn with_result(mut self, result: &'static str) -> Reply {
+        self.result = Some(result);
+        self
+    }
+    fn outcome(mut self, outcome: Outcome) -> Reply {
+        self.outcome = outcome;
+        self
+    }
+}
+
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub schema: fn() -> Map<String, Value>,
+    /// Its strings go to the substrate, so its input passes the outgoing guard first.
+    pub sends: bool,
+}
+
+macro_rules! registry {
+    ($( $name:ident($args:ty, sends: $sends:literal) => $handler:path, $desc:literal; )*) => {
+        /// Every tool this server serves (anchor: TOOLS).
+        pub const TOOLS: &[ToolSpec] = &[$(ToolSpec {
+            name: stringify!($name),
+            description: $desc,
+            schema: schema_of::<$args>,
+            sends: $sends,
+        }),*];
+
+        async fn dispatch(ctx: &Ctx, name: &str, args: Value) -> Reply {
+            match name {
+                $(stringify!($name) => match parse::<$args>(args) {
+                    Ok(a) => $handler(ctx, a).await,
+                    Err(e) => Reply::error(format!("{name}: invalid arguments: {e}")),
+                },)*
+                other => Reply::error(format!("unknown tool {other}; `metabob-mcp tool list` names them")),
+            }
+        }
+    };
+}
+
+registry! {
+    init_workspace(local::InitArgs, sends: false) => local::init_workspace,
+        "Index the workspace into the local code graph (tree-sitter; nothing leaves the machine). Binds the workspace for the session.";
+    search_codebase(local::SearchArgs, sends: false) => local::search_codebase,
+        "Search code components (local graph) and local findings by keyword.";
+    predict_cochanges(local::CochangeArgs, sends: false) => local::predict_cochanges,
+        "Files that changed together with the given files in recent git history, with confidence.";
+    analyze_impact(local::ImpactArgs, sends: false) => local::analyze_impact,
+        "Components affected by changing the given files, through calls and imports in the local code graph.";
+    assign_git_changes(local::AssignArgs, sends: false) => local::assign_git_changes,
+        "Map changed files to the code components they touch, with their git co-changes.";
+    get_metrics(local::NoArgs, sends: false) => local::get_metrics,
+        "This workspace's local analysis state: findings by severity and category, graph size.";
+    annotate_component(local::AnnotateArgs, sends: false) => local::annotate_component,
+        "Structured why/how notes for a finding in the local store.";
+    get_problems(findings::ProblemsArgs, sends: false) => findings::get_problems,
+        "Open findings on this codebase: the local store and what agents recorded on the shared ledger, tasks listed apart. Check before editing files others work on.";
+    get_analysis_context(findings::ContextArgs, sends: false) => findings::get_analysis_context,
+        "Where this session writes and as whom, the index state, open problems, co-changes and recalled findings in one snapshot.";
+    record_finding(findings::RecordArgs, sends: true) => findings::record_finding,
+        "Record a problem you noticed and did not fix, so other agents see it (local store + shared ledger).";
+    mark_complete(findings::MarkArgs, sends: true) => findings::mark_complete,
+        "Close a finding: endorse (fixed; the fix location is read from git) or discard (false positive).";
+    claim_finding(findings::ClaimArgs, sends: true) => findings::claim_finding,
+        "Claim a finding before working on it, renew while working, release when stopping without a fix.";
+}
+
+fn parse<T: DeserializeOwned>(args: Value) -> Result<T, String> {
+    serde_json::from_value(args).map_err(|e| e.to_string())
+}
+
+pub fn spec(name: &str) -> Option<&'static ToolSpec> {
+    TOOLS.iter().find(|t| t.name == name)
+}
+
+/// Runs one tool call (anchor: call_tool): the one path for every entry point.
+pub async fn call(ctx: &Ctx, name: &str, args: Value, via: Via) -> Reply {
+    let started = Instant::now();
+    let args = if args.is_null() {
+        Value::Object(Map::new())
+    } else {
+        args
+    };
+    let described = describe_args_for_log(&args);
+    tracing::info!("tool call {name} {described}");
+    let reply = gated(ctx, name, args).await;
+    if let Some(log) = &ctx.call_log {
+        log.log(&Entry {
+            session: ctx.session_id(),
+            tool: name,
+            via,
+            args: &described,
+            outcome: reply.outcome.as_str(),
+            result: reply.result,
+            ms: started.elapsed().as_millis(),
+        });
+    }
+    reply
+}
+
+async fn gated(ctx: &Ctx, name: &str, args: Value) -> Reply {
+    let Some(spec) = spec(name) else {
+        return dispatch(ctx, name, args).await;
+    };
+    if let Err(e) = validate(&Value::Object((spec.schema)()), &args, "") {
+        return Reply::error(format!("{name}: invalid arguments: {e}"));
+    }
+    ctx.workspace.settle_roots().await;
+    // init_workspace with a path decides the workspace itself; every other call needs one.
+    let binds = name == "init_workspace" && args.get("workspace_path").is_some();
+    if !binds && let Err(e) = ctx.decide() {
+        return Reply::error(e.to_string());
+    }
+    if !spec.sends {
+        return dispatch(ctx, name, args).await;
+    }
+    let session = ctx
+        .session()
+        .expect("a decided workspace derived the session");
+    match session.att.guard().check_input(name, &args) {
+        Err(refusal) => Reply::error(refusal.to_string()).outcome(Outcome::Refused),
+        Ok(guarded) => {
+            let mut reply = dispatch(ctx, name, guarded.value).await;
+            for note in guarded.notes {
+                reply.text.push('\n');
+                reply.text.push_str(&note);
+            }
+            reply
+        }
+    }
+}
+
+/// The reply of a substrate-only tool whose gate refused.
+pub fn not_attached(tool: &str, cause: &str) -> Reply {
+    Reply::error(format!(
+        "{tool}: not attached: {cause}; nothing was sent (diagnose with `metabob-mcp attach --check`)"
+    ))
+    .outcome(Outcome::NotAttached)
+}
