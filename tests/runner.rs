@@ -6,6 +6,7 @@ mod container;
 mod git;
 mod guard;
 mod ledger;
+mod mcp;
 mod net;
 mod refs;
 mod spec;

@@ -1,0 +1,683 @@
+//! The MCP server: an in-process rmcp client over a duplex pipe for every tool, against the
+//! embedded ledger and detached; and the real binary on stdio.
+
+// Roots are deprecated by SEP-2577, and still what MCP clients send.
+#![allow(deprecated)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metabob_mcp::env::Env;
+use metabob_mcp::mcp::Ctx;
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ListRootsResult, Root,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::support::{TestEnv, wait_until};
+
+#[derive(Clone, Default)]
+struct Client {
+    /// `Some`: the client declares roots and answers with these URIs.
+    roots: Option<Vec<String>>,
+}
+
+impl ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        let caps = match self.roots {
+            Some(_) => ClientCapabilities::builder().enable_roots().build(),
+            None => ClientCapabilities::default(),
+        };
+        ClientConfig::new(caps, Implementation::new("metabob-tests", "0"))
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let roots = self.roots.clone().unwrap_or_default();
+        Ok(ListRootsResult::new(
+            roots.into_iter().map(Root::new).collect(),
+        ))
+    }
+}
+
+struct Session {
+    client: RunningService<RoleClient, Client>,
+}
+
+impl Session {
+    /// A server with `env`'s variables launched in `cwd`, and a connected client.
+    async fn start(env: &TestEnv, cwd: &Path, client: Client) -> Session {
+        let ctx = Arc::new(Ctx::new(Env::new(env.vars.clone(), cwd), true));
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            metabob_mcp::mcp::server::serve(ctx, tokio::io::split(theirs))
+                .await
+                .expect("the server runs until the client leaves");
+        });
+        let client = client
+            .serve(tokio::io::split(ours))
+            .await
+            .expect("initialize");
+        Session { client }
+    }
+
+    /// Calls a tool; returns (text, is_error).
+    async fn call(&self, name: &str, args: Value) -> (String, bool) {
+        let mut p = CallToolRequestParams::new(name.to_string());
+        if let Value::Object(m) = args {
+            p = p.with_arguments(m);
+        }
+        let r = self.client.call_tool(p).await.expect("tools/call answers");
+        let text = r
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        (text, r.is_error.unwrap_or(false))
+    }
+
+    async fn ok(&self, name: &str, args: Value) -> String {
+        let (text, err) = self.call(name, args).await;
+        assert!(!err, "{name} failed: {text}");
+        text
+    }
+}
+
+/// A checkout with history: `a.py` and `b.py` change together, `c.py` alone.
+fn project(env: &TestEnv, dir: &Path) {
+    std::fs::create_dir_all(dir).expect("project dir");
+    env.git(dir, &["init", "-q", "-b", "main"]);
+    let write = |p: &str, s: &str| std::fs::write(dir.join(p), s).expect("write");
+    write(
+        "a.py",
+        "from b import helper\n\ndef run():\n    return helper()\n",
+    );
+    write("b.py", "def helper():\n    return 1\n");
+    write("c.py", "def other():\n    return 3\n");
+    write(
+        "test_a.py",
+        "from a import run\n\ndef test_run():\n    assert run() == 1\n",
+    );
+    env.git(dir, &["add", "-A"]);
+    env.git(dir, &["commit", "-q", "-m", "start"]);
+    for i in 0..3 {
+        write(
+            "a.py",
+            &format!("from b import helper\n\ndef run():\n    return helper() + {i}\n"),
+        );
+        write("b.py", &format!("def helper():\n    return {i}\n"));
+        env.git(dir, &["commit", "-qam", &format!("a and b {i}")]);
+    }
+    write("c.py", "def other():\n    return 4\n");
+    env.git(dir, &["commit", "-qam", "c alone"]);
+}
+
+#[tokio::test]
+async fn initialize_carries_instructions_and_lists_every_tool() {
+    let env = TestEnv::new();
+    let s = Session::start(&env, &env.cwd(), Client::default()).await;
+    let info = s.client.peer_info().expect("server info");
+    let instructions = info.instructions.clone().unwrap_or_default();
+    assert!(instructions.contains("attach --check"), "{instructions}");
+    let tools = s.client.list_all_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    let served: Vec<&str> = metabob_mcp::mcp::tools::TOOLS
+        .iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, served);
+    for named in metabob_mcp::mcp::instructions::named_tools() {
+        assert!(names.contains(&named), "instructions name {named}");
+    }
+    for t in &tools {
+        assert_eq!(
+            t.input_schema.get("type"),
+            Some(&json!("object")),
+            "{}",
+            t.name
+        );
+        assert!(
+            !Value::Object((*t.input_schema).clone())
+                .to_string()
+                .contains("$ref")
+        );
+    }
+}
+
+#[tokio::test]
+async fn detached_local_tools_work_and_substrate_halves_name_the_cause() {
+    let env = TestEnv::new();
+    let ws = env.path("proj");
+    project(&env, &ws);
+    let s = Session::start(&env, &ws, Client::default()).await;
+
+    let init = s
+        .ok(
+            "init_workspace",
+            json!({"recently_changed_files": ["a.py"]}),
+        )
+        .await;
+    assert!(init.contains("4 files"), "{init}");
+    assert!(init.contains("1 co-change neighbours"), "{init}");
+    assert!(
+        init.contains("No file content was sent off the machine"),
+        "{init}"
+    );
+
+    let found = s.ok("search_codebase", json!({"query": "helper"})).await;
+    assert!(found.contains("function helper (b.py:1-2)"), "{found}");
+
+    let co = s
+        .ok("predict_cochanges", json!({"changed_files": ["a.py"]}))
+        .await;
+    assert!(co.contains("- b.py (confidence 1.00, 4 commits)"), "{co}");
+    assert!(!co.contains("c.py"), "{co}");
+
+    let impact = s
+        .ok("analyze_impact", json!({"changed_files": ["b.py"]}))
+        .await;
+    assert!(impact.contains("function run"), "{impact}");
+    assert!(impact.contains("test_a.py [test]"), "{impact}");
+    let no_tests = s
+        .ok(
+            "analyze_impact",
+            json!({"changed_files": ["b.py"], "include_tests": false}),
+        )
+        .await;
+    assert!(!no_tests.contains("test_a.py"), "{no_tests}");
+
+    let assign = s
+        .ok("assign_git_changes", json!({"changed_files": ["a.py"]}))
+        .await;
+    assert!(assign.contains("a.py: module <module>"), "{assign}");
+    assert!(assign.contains("function run"), "{assign}");
+    assert!(assign.contains("- b.py (confidence 1.00"), "{assign}");
+
+    let rec = s
+        .ok(
+            "record_finding",
+            json!({"files": ["b.py"], "summary": "helper returns a constant", "severity": "HIGH",
+                   "category": "correctness", "line_start": 1, "line_end": 2}),
+        )
+        .await;
+    assert!(rec.contains("Not shared: not_configured"), "{rec}");
+    let id = rec
+        .split_whitespace()
+        .nth(1)
+        .expect("Recorded <id>")
+        .trim_end_matches(',')
+        .to_string();
+    assert!(id.starts_with("agf_"), "{rec}");
+
+    let problems = s.ok("get_problems", json!({})).await;
+    assert!(
+        problems.starts_with(
+            "Open findings: 1 (1 in the local store; recall did not run: not_configured"
+        ),
+        "{problems}"
+    );
+    assert!(problems.contains(&id), "{problems}");
+
+    let dup = s
+        .ok(
+            "record_finding",
+            json!({"files": ["b.py"], "summary": "Helper returns a constant!", "severity": "LOW", "category": "x"}),
+        )
+        .await;
+    assert!(
+        dup.starts_with(&format!("Already recorded (open): {id}")),
+        "{dup}"
+    );
+
+    let notes = s
+        .ok(
+            "annotate_component",
+            json!({"problem_id": id, "mode": "recommend"}),
+        )
+        .await;
+    assert!(notes.contains("component: function helper"), "{notes}");
+    assert!(notes.contains(&format!("Fixes-Finding: {id}")), "{notes}");
+    let (missing, err) = s
+        .call("annotate_component", json!({"problem_id": "agf_nope"}))
+        .await;
+    assert!(
+        err && missing.contains("not in the local store"),
+        "{missing}"
+    );
+
+    let metrics = s.ok("get_metrics", json!({})).await;
+    assert!(
+        metrics.contains("Open findings in the local store: 1 (1 agent-recorded, 0 other)"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("By severity: HIGH 1"), "{metrics}");
+
+    let ctx = s
+        .ok(
+            "get_analysis_context",
+            json!({"recently_changed_files": ["a.py"]}),
+        )
+        .await;
+    assert!(
+        ctx.starts_with("Attachment: not attached: not_configured"),
+        "{ctx}"
+    );
+    assert!(ctx.contains("from the launch directory"), "{ctx}");
+
+    let (claim, err) = s.call("claim_finding", json!({"problem_id": id})).await;
+    assert!(
+        err && claim.contains("not attached: not_configured"),
+        "{claim}"
+    );
+
+    // An uncommitted change in the finding's file: pending, nothing retired.
+    std::fs::write(ws.join("b.py"), "def helper():\n    return compute()\n").expect("edit");
+    let pending = s.ok("mark_complete", json!({"problem_id": id})).await;
+    assert!(pending.contains("fix pending (uncommitted)"), "{pending}");
+    assert!(s.ok("get_problems", json!({})).await.contains(&id));
+    // Committed (no origin remote: nothing to push to): fixed, and retired locally.
+    env.git(&ws, &["commit", "-qam", "fix helper"]);
+    let done = s.ok("mark_complete", json!({"problem_id": id})).await;
+    assert!(done.contains("verdict: fixed, not shared"), "{done}");
+    assert!(done.contains("1 local seeds retired"), "{done}");
+    assert!(!s.ok("get_problems", json!({})).await.contains(&id));
+}
+
+#[tokio::test]
+async fn invalid_input_is_a_tool_error_not_a_crash() {
+    let env = TestEnv::new();
+    let s = Session::start(&env, &env.cwd(), Client::default()).await;
+    let cases = [
+        ("predict_cochanges", json!({}), "changed_files: required"),
+        (
+            "predict_cochanges",
+            json!({"changed_files": "a.py"}),
+            "changed_files: expected",
+        ),
+        (
+            "get_problems",
+            json!({"limit": 101}),
+            "limit: must be at most 100",
+        ),
+        (
+            "record_finding",
+            json!({"files": ["a"], "summary": "s", "category": "c", "severity": "URGENT"}),
+            "severity",
+        ),
+        (
+            "mark_complete",
+            json!({"problem_id": "BUG-1"}),
+            "nothing was recorded",
+        ),
+        (
+            "mark_complete",
+            json!({"problem_id": "agf_1", "fix_commit": "xyz"}),
+            "not a commit id",
+        ),
+        (
+            "init_workspace",
+            json!({"workspace_path": "/no/such/dir"}),
+            "not an existing directory",
+        ),
+        ("no_such_tool", json!({}), "unknown tool"),
+    ];
+    for (tool, args, want) in cases {
+        let (text, err) = s.call(tool, args.clone()).await;
+        assert!(err, "{tool} {args}: {text}");
+        assert!(text.contains(want), "{tool} {args}: {text}");
+    }
+    // The server is still there.
+    assert!(!s.call("get_metrics", json!({})).await.1);
+}
+
+#[tokio::test]
+async fn the_workspace_comes_from_roots_and_the_plugin_folder_is_none() {
+    let mut env = TestEnv::new();
+    let plugin = env.path("plugin");
+    let ws = env.path("proj");
+    project(&env, &ws);
+    std::fs::create_dir_all(&plugin).expect("plugin dir");
+    env.set("PLUGIN_ROOT", plugin.display().to_string());
+
+    let s = Session::start(&env, &plugin, Client::default()).await;
+    let (text, err) = s.call("get_problems", json!({})).await;
+    assert!(err && text.starts_with("workspace_undetermined"), "{text}");
+    let (text, err) = s
+        .call("init_workspace", json!({"workspace_path": "."}))
+        .await;
+    assert!(err && text.contains("workspace_undetermined"), "{text}");
+    s.ok(
+        "init_workspace",
+        json!({"workspace_path": ws.display().to_string()}),
+    )
+    .await;
+    let ctx = s.ok("get_analysis_context", json!({})).await;
+    assert!(ctx.contains("(from init_workspace)"), "{ctx}");
+
+    // A client that declares roots: its first file: root is the workspace, by real path.
+    let link = env.path("link");
+    std::os::unix::fs::symlink(&ws, &link).expect("symlink");
+    let roots = Client {
+        roots: Some(vec![
+            "https://example.com/not-a-workspace".into(),
+            format!("file://{}", link.display()),
+        ]),
+    };
+    let s = Session::start(&env, &plugin, roots).await;
+    let ctx = s.ok("get_analysis_context", json!({})).await;
+    let real = std::fs::canonicalize(&ws).expect("real path");
+    assert!(
+        ctx.contains(&format!(
+            "Workspace: {} (from the client's first root)",
+            real.display()
+        )),
+        "{ctx}"
+    );
+}
+
+#[tokio::test]
+async fn findings_tools_share_through_the_ledger() {
+    let mut env = TestEnv::new();
+    let _ledger = env.ledger("main", &[]);
+    let (_bare, url) = env.origin(
+        "app",
+        &[("a.py", "def a():\n    return 1\n"), ("b.py", "x = 1\n")],
+    );
+    let one = env.path("one");
+    let two = env.path("two");
+    for d in [&one, &two] {
+        env.git(
+            env.root.path(),
+            &["clone", "-q", &url, &d.display().to_string()],
+        );
+    }
+    env.set("VESSEL_ID", "vessel-one");
+    let a = Session::start(&env, &one, Client::default()).await;
+    env.set("VESSEL_ID", "vessel-two");
+    env.set(
+        "METABOB_STORE",
+        env.path("store-two.sqlite").display().to_string(),
+    );
+    let b = Session::start(&env, &two, Client::default()).await;
+
+    let rec = a
+        .ok(
+            "record_finding",
+            json!({"files": ["a.py"], "summary": "a returns a constant", "severity": "MEDIUM", "category": "correctness"}),
+        )
+        .await;
+    assert!(
+        rec.contains("Shared on the ledger as concept concept_"),
+        "{rec}"
+    );
+    let id = rec.split_whitespace().nth(1).expect("id").to_string();
+
+    // The other checkout sees it, and its duplicate check finds it.
+    let seen = b.ok("get_problems", json!({})).await;
+    assert!(
+        seen.starts_with("Open findings: 1 (0 in the local store, 1 recorded by agents"),
+        "{seen}"
+    );
+    assert!(seen.contains(&id), "{seen}");
+    let dup = b
+        .ok(
+            "record_finding",
+            json!({"files": ["a.py"], "summary": "A returns a constant.", "severity": "LOW", "category": "c"}),
+        )
+        .await;
+    assert!(dup.contains("Already recorded (open): concept_"), "{dup}");
+    let mine = a.ok("get_problems", json!({})).await;
+    assert!(mine.contains("; 1 in both"), "{mine}");
+
+    // Claims: one holder; the other is told who.
+    let claimed = b
+        .ok("claim_finding", json!({"problem_id": id, "minutes": 30}))
+        .await;
+    assert!(claimed.starts_with("Claimed"), "{claimed}");
+    let held = a.ok("claim_finding", json!({"problem_id": id})).await;
+    assert!(held.contains("vessel-two holds"), "{held}");
+    let (renew, err) = a
+        .call(
+            "claim_finding",
+            json!({"problem_id": id, "action": "renew"}),
+        )
+        .await;
+    assert!(err && renew.contains("Refused"), "{renew}");
+    assert!(
+        a.ok("get_problems", json!({}))
+            .await
+            .contains("[claimed by vessel-two until")
+    );
+
+    // The fix: committed but unpushed is pending; pushed, it closes, seeds retire, recall shows it.
+    std::fs::write(one.join("a.py"), "def a():\n    return compute()\n").expect("edit");
+    env.git(&one, &["commit", "-qam", "fix a"]);
+    let pending = a.ok("mark_complete", json!({"problem_id": id})).await;
+    assert!(
+        pending.contains("verdict: fix pending (unpushed)"),
+        "{pending}"
+    );
+    assert!(pending.contains("Nothing local was retired"), "{pending}");
+    env.git(&one, &["push", "-q", "origin", "main"]);
+    let sha = env.git(&one, &["rev-parse", "HEAD"]);
+    let done = a.ok("mark_complete", json!({"problem_id": id})).await;
+    assert!(done.contains("verdict: fixed"), "{done}");
+    assert!(done.contains(&format!("fix: commit {sha}")), "{done}");
+    assert!(done.contains("claim: claimed by vessel-two"), "{done}");
+    assert!(done.contains("1 local seeds retired"), "{done}");
+    let after = b.ok("get_problems", json!({})).await;
+    assert!(after.starts_with("Open findings: 0"), "{after}");
+    assert!(
+        after.contains(&format!(
+            "[FIXED in {}] — the fix is not in this checkout's HEAD",
+            &sha[..12]
+        )),
+        "{after}"
+    );
+    env.git(&two, &["pull", "-q"]);
+    assert!(
+        b.ok("get_problems", json!({}))
+            .await
+            .contains(&format!("[FIXED in {}]\n", &sha[..12]))
+    );
+    let (closed, _) = b.call("claim_finding", json!({"problem_id": id})).await;
+    assert!(closed.contains("is closed"), "{closed}");
+}
+
+#[tokio::test]
+async fn the_guard_refuses_a_secret_before_anything_is_stored() {
+    let env = TestEnv::new();
+    let ws = env.path("proj");
+    project(&env, &ws);
+    let s = Session::start(&env, &ws, Client::default()).await;
+    let token = format!("ghp_{}", "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8");
+    let (text, err) = s
+        .call(
+            "record_finding",
+            json!({"files": ["a.py"], "summary": format!("token {token} leaks"), "severity": "LOW", "category": "security"}),
+        )
+        .await;
+    assert!(
+        err && text.contains("record_finding: refused: outgoing_secret("),
+        "{text}"
+    );
+    assert!(!text.contains(&token));
+    assert!(
+        s.ok("get_problems", json!({}))
+            .await
+            .contains("Open findings: 0")
+    );
+}
+
+#[tokio::test]
+async fn the_call_log_records_names_and_sizes_never_values() {
+    let mut env = TestEnv::new();
+    let log = env.path("calls.jsonl");
+    env.set("METABOB_CALL_LOG", log.display().to_string());
+    let ws = env.path("proj");
+    project(&env, &ws);
+    let s = Session::start(&env, &ws, Client::default()).await;
+    s.ok("search_codebase", json!({"query": "secret-looking-query"}))
+        .await;
+    let _ = s.call("get_problems", json!({"limit": 500})).await;
+    let text = std::fs::read_to_string(&log).expect("call log");
+    assert!(!text.contains("secret-looking-query"), "{text}");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["tool"], "search_codebase");
+    assert_eq!(lines[0]["via"], "stdio");
+    assert_eq!(lines[0]["args"], "query=string(20)");
+    assert_eq!(lines[0]["outcome"], "ok");
+    assert_eq!(lines[1]["outcome"], "error");
+    assert!(lines[0]["ms"].is_u64() && lines[0]["session"].is_string());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&log).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // A log that cannot be written never fails the call.
+    let mut env = env;
+    env.set("METABOB_CALL_LOG", "/proc/no/such/dir/log");
+    let s = Session::start(&env, &ws, Client::default()).await;
+    s.ok("get_metrics", json!({})).await;
+}
+
+#[tokio::test]
+async fn a_restarted_server_answers_from_the_persisted_index_until_a_file_changes() {
+    let env = TestEnv::new();
+    let ws = env.path("proj");
+    project(&env, &ws);
+    let s = Session::start(&env, &ws, Client::default()).await;
+    s.ok("init_workspace", json!({})).await;
+    drop(s);
+    let s = Session::start(&env, &ws, Client::default()).await;
+    let impact = s
+        .ok("analyze_impact", json!({"changed_files": ["b.py"]}))
+        .await;
+    assert!(impact.contains("function run"), "{impact}");
+    let again = s.ok("init_workspace", json!({})).await;
+    assert!(again.contains("nothing was re-parsed"), "{again}");
+    drop(s);
+    std::fs::write(ws.join("c.py"), "def other():\n    return 5  # grown\n").expect("edit");
+    let s = Session::start(&env, &ws, Client::default()).await;
+    let (text, err) = s
+        .call("analyze_impact", json!({"changed_files": ["b.py"]}))
+        .await;
+    assert!(err && text.contains("run init_workspace first"), "{text}");
+}
+
+#[test]
+fn tool_call_from_a_shell_gives_the_mcp_answer() {
+    let env = TestEnv::new();
+    project(&env, &env.cwd());
+    let out = env.run(&["tool", "list"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        out.stdout.lines().count(),
+        metabob_mcp::mcp::tools::TOOLS.len()
+    );
+    let out = env.run(&[
+        "tool",
+        "call",
+        "predict_cochanges",
+        "--args",
+        r#"{"changed_files":["a.py"]}"#,
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(v["isError"], false);
+    assert!(
+        v["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("- b.py (confidence 1.00")
+    );
+    let out = env.run(&["tool", "call", "get_problems", "--args", "[1]"]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("--args must be a JSON object"),
+        "{out:?}"
+    );
+    let out = env.run(&["tool", "call", "nope"]);
+    assert!(
+        out.code == 1 && out.stderr.contains("no tool named nope"),
+        "{out:?}"
+    );
+}
+
+/// Reads one JSON-RPC line from the server's stdout.
+fn read_line(r: &mut impl BufRead) -> Value {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("read stdout");
+    serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("stdout carried non-JSON ({e}): {line:?}"))
+}
+
+#[test]
+fn the_binary_speaks_only_json_rpc_on_stdout_and_ends_with_stdin() {
+    let mut env = TestEnv::new();
+    env.set("RUST_LOG", "debug");
+    let mut child = env
+        .cmd(&[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let send = |w: &mut std::process::ChildStdin, v: Value| {
+        writeln!(w, "{v}").expect("write");
+    };
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    let init = read_line(&mut stdout);
+    assert_eq!(init["id"], 1);
+    assert!(init["result"]["instructions"].as_str().is_some(), "{init}");
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "get_metrics", "arguments": {}}}),
+    );
+    let call = read_line(&mut stdout);
+    assert_eq!(call["id"], 2);
+    assert_eq!(call["result"]["isError"], false, "{call}");
+    drop(stdin);
+    assert!(
+        wait_until(Duration::from_secs(10), || matches!(
+            child.try_wait(),
+            Ok(Some(_))
+        )),
+        "the server did not end when stdin closed"
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("rest of stdout");
+    for line in rest.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).expect("only JSON-RPC on stdout");
+        assert_eq!(v["jsonrpc"], "2.0");
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert!(
+        err.contains("tool call get_metrics"),
+        "logs go to stderr: {err}"
+    );
+}
