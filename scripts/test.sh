@@ -13,3 +13,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 cargo test --locked --test runner --lib "$@"
+# A third-party MCP client: the official Python SDK drives the binary the tests built.
+venv=target/mcp-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check mcp
+"$venv/bin/python" scripts/mcp_smoke.py target/debug/metabob-mcp .

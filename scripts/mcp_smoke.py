@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Drives the built binary with the official MCP Python SDK (a third-party client).
+
+Usage: mcp_smoke.py BINARY WORKSPACE
+
+Starts an embedded ledger in a scratch HOME, then over stdio: initialize, tools/list,
+init_workspace on WORKSPACE (a real git checkout), search_codebase, predict_cochanges,
+record_finding then get_problems. The server's stdout is teed to a file and every line of it
+must be a JSON-RPC message. Exits non-zero with the reason on the first failure.
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def fail(msg):
+    print(f"mcp_smoke: FAILED: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def text_of(result):
+    return "\n".join(c.text for c in result.content if getattr(c, "text", None) is not None)
+
+
+async def session(binary, workspace, env, stdout_log, errlog):
+    # tee keeps a copy of exactly what the server wrote to stdout.
+    cmd = f"{shlex.quote(binary)} serve | tee {shlex.quote(stdout_log)}"
+    params = StdioServerParameters(command="sh", args=["-c", cmd], env=env, cwd=workspace)
+    async with stdio_client(params, errlog=errlog) as (read, write):
+        async with ClientSession(read, write) as s:
+            init = await s.initialize()
+            if "attach --check" not in (init.instructions or ""):
+                fail(f"initialize carried no instructions: {init.instructions!r}")
+            tools = {t.name for t in (await s.list_tools()).tools}
+            for want in ("init_workspace", "search_codebase", "predict_cochanges",
+                         "record_finding", "get_problems", "mark_complete", "claim_finding"):
+                if want not in tools:
+                    fail(f"tools/list lacks {want}: {sorted(tools)}")
+
+            async def call(name, args):
+                r = await s.call_tool(name, args)
+                body = text_of(r)
+                if r.is_error:
+                    fail(f"{name} answered an error: {body}")
+                return body
+
+            body = await call("init_workspace", {"workspace_path": workspace})
+            if "Code graph:" not in body or " 0 files" in body:
+                fail(f"init_workspace indexed nothing: {body}")
+            body = await call("search_codebase", {"query": "mine cochanges", "target": "components"})
+            if "mine_cochanges" not in body:
+                fail(f"search_codebase did not find mine_cochanges: {body}")
+            body = await call("predict_cochanges", {"changed_files": ["Cargo.toml"], "confidence_threshold": 0.1})
+            if "Files that changed with Cargo.toml" not in body:
+                fail(f"predict_cochanges found no co-change: {body}")
+            body = await call("record_finding", {
+                "files": ["src/main.rs"], "summary": "smoke test finding", "severity": "LOW",
+                "category": "smoke"})
+            if "Shared on the ledger as concept" not in body:
+                fail(f"record_finding did not share: {body}")
+            body = await call("get_problems", {"file_path": "src/main.rs"})
+            if "smoke test finding" not in body or "recorded by agents on this codebase" not in body:
+                fail(f"get_problems does not show the finding: {body}")
+            r = await s.call_tool("get_problems", {"limit": 1000})
+            if not r.is_error:
+                fail("an out-of-range limit was accepted")
+
+
+def main():
+    binary, workspace = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    with tempfile.TemporaryDirectory(prefix="mcp-smoke-") as tmp:
+        env = {"HOME": tmp, "PATH": os.environ.get("PATH", ""), "RUST_LOG": "info",
+               "METABOB_NO_SYSTEM_CA": "1", "METABOB_CACHE_DIR": os.path.join(tmp, "cache")}
+        ledger = subprocess.Popen(
+            [binary, "ledger", "serve", "--data", os.path.join(tmp, "ledger"), "--listen", "127.0.0.1:0"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            first = ledger.stdout.readline()
+            if "http://" not in first:
+                fail(f"the ledger did not start: {first!r}")
+            stdout_log = os.path.join(tmp, "stdout.jsonl")
+            # The server logs at info on stderr, to show that logging stays off stdout.
+            with open(os.path.join(tmp, "stderr.log"), "w", encoding="utf-8") as errlog:
+                anyio.run(session, binary, workspace, env, stdout_log, errlog)
+            lines = [l for l in open(stdout_log, encoding="utf-8").read().splitlines() if l.strip()]
+            if len(lines) < 8:
+                fail(f"stdout holds only {len(lines)} lines")
+            for line in lines:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    fail(f"stdout carried a line that is not JSON: {line[:200]!r}")
+                if msg.get("jsonrpc") != "2.0":
+                    fail(f"stdout carried a non-JSON-RPC message: {line[:200]!r}")
+        finally:
+            ledger.terminate()
+            ledger.wait()
+    print(f"mcp_smoke: ok ({len(lines)} JSON-RPC lines on stdout)")
+
+
+if __name__ == "__main__":
+    main()
