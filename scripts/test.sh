@@ -17,4 +17,4 @@ cargo test --locked --test runner --lib "$@"
 venv=target/mcp-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check mcp
-"$venv/bin/python" scripts/mcp_smoke.py target/debug/metabob-mcp .
+"$venv/bin/python" scripts/mcp_smoke.py "${CARGO_TARGET_DIR:-target}/debug/metabob-mcp" .

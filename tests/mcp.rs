@@ -681,3 +681,62 @@ fn the_binary_speaks_only_json_rpc_on_stdout_and_ends_with_stdin() {
         "logs go to stderr: {err}"
     );
 }
+
+#[test]
+fn a_cancelled_call_gets_no_answer_and_the_server_goes_on() {
+    let mut env = TestEnv::new();
+    let log = env.path("calls.jsonl");
+    env.set("METABOB_CALL_LOG", log.display().to_string());
+    // Enough code that indexing is still running when the cancellation arrives.
+    for i in 0..1500 {
+        let dir = env.cwd().join(format!("pkg{}", i % 30));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let body: String = (0..60)
+            .map(|j| format!("def f{i}_{j}(x):\n    return g{j}(x) + h(x)\n\n"))
+            .collect();
+        std::fs::write(dir.join(format!("m{i}.py")), body).expect("write");
+    }
+    let mut child = env
+        .cmd(&["serve"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the server");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut send = |v: Value| writeln!(stdin, "{v}").expect("write");
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    assert_eq!(read_line(&mut stdout)["id"], 1);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "init_workspace", "arguments": {}}}),
+    );
+    send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "test"}}),
+    );
+    send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_problems", "arguments": {}}}),
+    );
+    let next = read_line(&mut stdout);
+    assert_eq!(next["id"], 3, "{next}");
+    drop(send);
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("rest of stdout");
+    assert!(
+        !rest.contains("\"id\":2"),
+        "the cancelled call was answered: {rest}"
+    );
+    let _ = child.wait();
+    let calls = std::fs::read_to_string(&log).expect("call log");
+    let init: Value = calls
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json line"))
+        .find(|v| v["tool"] == "init_workspace")
+        .expect("the cancelled call is logged");
+    assert_eq!(init["outcome"], "cancelled", "{calls}");
+}

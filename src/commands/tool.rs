@@ -62,7 +62,10 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
                 )));
             }
             let ctx = Ctx::new(env, false);
-            let reply = crate::mcp::tools::call(&ctx, &name, value, Via::Cli).await;
+            let reply =
+                crate::mcp::tools::call(&ctx, &name, value, Via::Cli, std::future::pending())
+                    .await
+                    .expect("a call that is never cancelled answers");
             if json {
                 super::print_json(&serde_json::json!({
                     "content": [{"type": "text", "text": reply.text}],

@@ -526,7 +526,7 @@ impl<'a> Walker<'a> {
                     .iter()
                     .copied()
                     .filter(inside)
-                    .last()
+                    .next_back()
                     .or(types.first().copied());
                 best.map(|(i, _)| i as u32)
             })

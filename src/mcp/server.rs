@@ -91,13 +91,10 @@ impl ServerHandler for Server {
             .unwrap_or(serde_json::Value::Null);
         let ctx = self.ctx.clone();
         let name = request.name.to_string();
-        // A cancelled call stops here; rmcp sends no answer for a cancelled request.
-        let reply = tokio::select! {
-            r = tools::call(&ctx, &name, args, Via::Stdio) => r,
-            _ = context.ct.cancelled() => {
-                tracing::info!("tool call {name} cancelled by the client");
-                return Err(ErrorData::internal_error("cancelled", None));
-            }
+        // rmcp sends no answer for a cancelled request; the call stops being awaited here.
+        let Some(reply) = tools::call(&ctx, &name, args, Via::Stdio, context.ct.cancelled()).await
+        else {
+            return Err(ErrorData::internal_error("cancelled by the client", None));
         };
         let content = vec![ContentBlock::text(reply.text)];
         Ok(if reply.is_error {

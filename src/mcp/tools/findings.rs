@@ -636,7 +636,12 @@ pub async fn record_finding(ctx: &Ctx, a: RecordArgs) -> Reply {
             .iter()
             .find(|x| files.contains(&x.file) && same_summary(&x.summary, &summary))
         {
-            return already(&d.id, &d.summary, &[d.file.clone()], "the local store");
+            return already(
+                &d.id,
+                &d.summary,
+                std::slice::from_ref(&d.file),
+                "the local store",
+            );
         }
         match recall_here(&s.att, &ws).await {
             Ok(view) => {

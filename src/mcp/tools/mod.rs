@@ -139,8 +139,15 @@ pub fn spec(name: &str) -> Option<&'static ToolSpec> {
     TOOLS.iter().find(|t| t.name == name)
 }
 
-/// Runs one tool call (anchor: call_tool): the one path for every entry point.
-pub async fn call(ctx: &Ctx, name: &str, args: Value, via: Via) -> Reply {
+/// Runs one tool call (anchor: call_tool): the one path for every entry point. A call whose
+/// `cancelled` future completes first is abandoned: `None`, and the call log says so.
+pub async fn call(
+    ctx: &Ctx,
+    name: &str,
+    args: Value,
+    via: Via,
+    cancelled: impl std::future::Future<Output = ()>,
+) -> Option<Reply> {
     let started = Instant::now();
     let args = if args.is_null() {
         Value::Object(Map::new())
@@ -149,15 +156,21 @@ pub async fn call(ctx: &Ctx, name: &str, args: Value, via: Via) -> Reply {
     };
     let described = describe_args_for_log(&args);
     tracing::info!("tool call {name} {described}");
-    let reply = gated(ctx, name, args).await;
+    let reply = tokio::select! {
+        r = gated(ctx, name, args) => Some(r),
+        _ = cancelled => {
+            tracing::info!("tool call {name} cancelled by the client");
+            None
+        }
+    };
     if let Some(log) = &ctx.call_log {
         log.log(&Entry {
             session: ctx.session_id(),
             tool: name,
             via,
             args: &described,
-            outcome: reply.outcome.as_str(),
-            result: reply.result,
+            outcome: reply.as_ref().map_or("cancelled", |r| r.outcome.as_str()),
+            result: reply.as_ref().and_then(|r| r.result),
             ms: started.elapsed().as_millis(),
         });
     }
