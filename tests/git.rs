@@ -985,11 +985,11 @@ mod cochange {
         let mut sweeps = 0;
         for block in log.split('\u{1}').filter(|b| !b.trim().is_empty()) {
             let files: Vec<&str> = block.lines().skip(1).filter(|l| !l.is_empty()).collect();
-            if files.len() > MAX_FILES_PER_COMMIT {
-                sweeps += 1;
-                continue;
-            }
             if files.contains(&"a.py") {
+                if files.len() > MAX_FILES_PER_COMMIT {
+                    sweeps += 1;
+                    continue;
+                }
                 given += 1;
                 for f in files.iter().filter(|f| **f != "a.py") {
                     *counts.entry(f.to_string()).or_default() += 1;

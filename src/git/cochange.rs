@@ -5,7 +5,20 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{GitError, Repo};
+use gix::bstr::ByteSlice;
+
+use super::{GitError, Repo, read_err};
+
+/// A path's blob id and mode in `tree`; `None` when absent.
+fn entry(
+    tree: &gix::Tree<'_>,
+    path: &str,
+) -> Result<Option<(gix::ObjectId, gix::objs::tree::EntryMode)>, GitError> {
+    Ok(tree
+        .lookup_entry_by_path(path)
+        .map_err(read_err)?
+        .map(|e| (e.object_id(), e.mode())))
+}
 
 /// How far back the history is read.
 pub const HISTORY_DEPTH: usize = 500;
@@ -26,13 +39,15 @@ pub struct CochangeReport {
     pub predictions: Vec<Cochange>,
     /// Commits (within the window, sweeps left out) that touched a given file.
     pub given_commits: usize,
-    /// Commits read, and how many of them were left out as sweeps.
+    /// Commits read, and how many of those touching a given file were left out as sweeps.
     pub scanned: usize,
     pub skipped_sweeps: usize,
 }
 
 /// Mines the newest [`HISTORY_DEPTH`] commits from HEAD (anchor: mine_cochanges). Each commit's
-/// files are its changes against its first parent.
+/// files are its changes against its first parent. A commit is first asked, by path lookups in
+/// its two trees, whether it changed a given file at all; only those that did are diffed whole,
+/// which is what keeps this under `git log --name-only` over the same commits.
 pub fn mine_cochanges(
     repo: &Repo,
     changed: &[String],
@@ -48,16 +63,35 @@ pub fn mine_cochanges(
     let Some(head) = repo.head()? else {
         return Ok(report);
     };
+    let head = repo.must_resolve(&head)?;
+    let walk = repo
+        .repo
+        .rev_walk([head])
+        .sorting(super::newest_first())
+        .all()
+        .map_err(read_err)?;
     let mut counts: HashMap<String, usize> = HashMap::new();
-    for commit in repo.history(&head)?.take(HISTORY_DEPTH) {
-        let commit = commit?;
+    for info in walk.take(HISTORY_DEPTH) {
+        let info = info.map_err(read_err)?;
         report.scanned += 1;
-        let files = repo.changed_files(&commit.sha)?;
-        if files.len() > MAX_FILES_PER_COMMIT {
-            report.skipped_sweeps += 1;
+        let (old, new, _) = repo.first_parent_trees(info.id)?;
+        let mut touches = false;
+        for f in changed {
+            if entry(&old, f)? != entry(&new, f)? {
+                touches = true;
+                break;
+            }
+        }
+        if !touches {
             continue;
         }
-        if !files.iter().any(|f| changed.contains(f)) {
+        let files: Vec<String> = repo
+            .tree_changes(&old, &new)?
+            .iter()
+            .map(|c| c.location().to_str_lossy().into_owned())
+            .collect();
+        if files.len() > MAX_FILES_PER_COMMIT {
+            report.skipped_sweeps += 1;
             continue;
         }
         report.given_commits += 1;

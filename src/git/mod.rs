@@ -376,7 +376,7 @@ impl Repo {
     }
 }
 
-fn newest_first() -> gix::revision::walk::Sorting {
+pub(crate) fn newest_first() -> gix::revision::walk::Sorting {
     gix::revision::walk::Sorting::ByCommitTime(
         gix::traverse::commit::simple::CommitTimeOrder::NewestFirst,
     )
