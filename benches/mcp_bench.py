@@ -53,8 +53,6 @@ def history(root, commits=600, files=300):
         stream.append(f"commit refs/heads/main\ncommitter B <b@x> {1700000000 + c * 60} +0000\n")
         msg = f"change {c}\n"
         stream.append(f"data {len(msg)}\n{msg}")
-        if c:
-            stream.append("from refs/heads/main^0\n")
         for n in touched:
             body = f"# {n} at {c}\nvalue = {c}\n"
             stream.append(f"M 100644 inline {n}\ndata {len(body)}\n{body}")

@@ -945,6 +945,9 @@ mod cochange {
             if round % 5 == 0 {
                 files.push("c.py".into());
             }
+            if round % 4 == 0 {
+                files.push("pkg/sub/x.py".into());
+            }
             if round % 7 == 0 {
                 files = s(&["d.py"]);
             }
@@ -965,9 +968,6 @@ mod cochange {
         touch(&sweep, 102);
 
         let repo = Repo::open(&dir).unwrap();
-        let changed = s(&["a.py"]);
-        let ours = mine_cochanges(&repo, &changed, 50, 0.0).unwrap();
-
         // The oracle: each commit's files against its first parent, newest 500, sweeps left out.
         let log = env.git(
             &dir,
@@ -980,31 +980,42 @@ mod cochange {
                 "--diff-merges=first-parent",
             ],
         );
-        let mut given = 0;
-        let mut counts: HashMap<String, usize> = HashMap::new();
-        let mut sweeps = 0;
-        for block in log.split('\u{1}').filter(|b| !b.trim().is_empty()) {
-            let files: Vec<&str> = block.lines().skip(1).filter(|l| !l.is_empty()).collect();
-            if files.contains(&"a.py") {
-                if files.len() > MAX_FILES_PER_COMMIT {
-                    sweeps += 1;
-                    continue;
-                }
-                given += 1;
-                for f in files.iter().filter(|f| **f != "a.py") {
-                    *counts.entry(f.to_string()).or_default() += 1;
+        let oracle = |target: &str| {
+            let mut given = 0;
+            let mut counts: HashMap<String, usize> = HashMap::new();
+            let mut sweeps = 0;
+            for block in log.split('\u{1}').filter(|b| !b.trim().is_empty()) {
+                let files: Vec<&str> = block.lines().skip(1).filter(|l| !l.is_empty()).collect();
+                if files.contains(&target) {
+                    if files.len() > MAX_FILES_PER_COMMIT {
+                        sweeps += 1;
+                        continue;
+                    }
+                    given += 1;
+                    for f in files.iter().filter(|f| **f != target) {
+                        *counts.entry(f.to_string()).or_default() += 1;
+                    }
                 }
             }
+            (given, sweeps, counts)
+        };
+        // A root file and a nested one (whose lookup descends through unchanged subtrees).
+        for target in ["pkg/sub/x.py", "a.py"] {
+            let ours = mine_cochanges(&repo, &s(&[target]), 50, 0.0).unwrap();
+            let (given, sweeps, counts) = oracle(target);
+            assert!(given > 3, "{target}");
+            assert_eq!(ours.given_commits, given, "{target}");
+            assert_eq!(ours.skipped_sweeps, sweeps, "{target}");
+            let ours_counts: HashMap<String, usize> = ours
+                .predictions
+                .iter()
+                .map(|c| (c.file.clone(), c.commits))
+                .collect();
+            assert_eq!(ours_counts, counts, "{target}");
         }
-        assert_eq!(ours.given_commits, given);
-        assert_eq!(ours.skipped_sweeps, sweeps);
-        assert_eq!(sweeps, 1);
-        let ours_counts: HashMap<String, usize> = ours
-            .predictions
-            .iter()
-            .map(|c| (c.file.clone(), c.commits))
-            .collect();
-        assert_eq!(ours_counts, counts);
+        let changed = s(&["a.py"]);
+        let ours = mine_cochanges(&repo, &changed, 50, 0.0).unwrap();
+        assert_eq!(ours.skipped_sweeps, 1);
         assert_eq!(ours.predictions[0].file, "b.py", "{:?}", ours.predictions);
         // The threshold and the limit cut the list.
         let cut = mine_cochanges(&repo, &changed, 1, 0.5).unwrap();

@@ -9,15 +9,57 @@ use gix::bstr::ByteSlice;
 
 use super::{GitError, Repo, read_err};
 
-/// A path's blob id and mode in `tree`; `None` when absent.
-fn entry(
-    tree: &gix::Tree<'_>,
-    path: &str,
-) -> Result<Option<(gix::ObjectId, gix::objs::tree::EntryMode)>, GitError> {
-    Ok(tree
-        .lookup_entry_by_path(path)
-        .map_err(read_err)?
-        .map(|e| (e.object_id(), e.mode())))
+/// One tree entry: its id and mode.
+type Entry = (gix::ObjectId, gix::objs::tree::EntryMode);
+
+/// Answers "did this path change between two trees?" the way a pathspec-limited diff does: a
+/// level whose subtree ids are equal is not opened. Each (tree, name) lookup is kept, since a
+/// commit's tree is the next older commit's parent tree.
+#[derive(Default)]
+struct PathProbe {
+    seen: HashMap<(gix::ObjectId, String), Option<Entry>>,
+}
+
+impl PathProbe {
+    fn child(
+        &mut self,
+        repo: &Repo,
+        tree: gix::ObjectId,
+        name: &str,
+    ) -> Result<Option<Entry>, GitError> {
+        if let Some(e) = self.seen.get(&(tree, name.to_string())) {
+            return Ok(*e);
+        }
+        let t = repo.repo.find_tree(tree).map_err(read_err)?;
+        let e = t.find_entry(name).map(|e| (e.object_id(), e.mode()));
+        self.seen.insert((tree, name.to_string()), e);
+        Ok(e)
+    }
+
+    fn changed(
+        &mut self,
+        repo: &Repo,
+        old: gix::ObjectId,
+        new: gix::ObjectId,
+        path: &str,
+    ) -> Result<bool, GitError> {
+        let (mut old, mut new) = (old, new);
+        let mut parts = path.split('/').peekable();
+        while let Some(name) = parts.next() {
+            if old == new {
+                return Ok(false);
+            }
+            let (a, b) = (self.child(repo, old, name)?, self.child(repo, new, name)?);
+            match (a, b) {
+                (None, None) => return Ok(false),
+                (Some(x), Some(y)) if parts.peek().is_some() && x.1.is_tree() && y.1.is_tree() => {
+                    (old, new) = (x.0, y.0);
+                }
+                (a, b) => return Ok(a != b),
+            }
+        }
+        Ok(old != new)
+    }
 }
 
 /// How far back the history is read.
@@ -71,13 +113,14 @@ pub fn mine_cochanges(
         .all()
         .map_err(read_err)?;
     let mut counts: HashMap<String, usize> = HashMap::new();
+    let mut probe = PathProbe::default();
     for info in walk.take(HISTORY_DEPTH) {
         let info = info.map_err(read_err)?;
         report.scanned += 1;
         let (old, new, _) = repo.first_parent_trees(info.id)?;
         let mut touches = false;
         for f in changed {
-            if entry(&old, f)? != entry(&new, f)? {
+            if probe.changed(repo, old.id, new.id, f)? {
                 touches = true;
                 break;
             }
