@@ -723,7 +723,6 @@ fn a_cancelled_call_gets_no_answer_and_the_server_goes_on() {
     );
     let next = read_line(&mut stdout);
     assert_eq!(next["id"], 3, "{next}");
-    drop(send);
     drop(stdin);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).expect("rest of stdout");

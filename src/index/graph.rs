@@ -7,73 +7,68 @@ use petgraph::graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use serde::{Deserialize, Serialize};
 
-use super::{CALL_FANOUT, Component, EdgeKind, FileRec, Index, Kind, Lang};
+use super::{CALL_FANOUT, Component, EdgeKind, Index, Kind, Lang};
 
 impl Index {
-    /// Rebuilds every edge from the parsed files. Calls resolve by name over the whole graph:
+    /// Rebuilds every edge from the parsed files. A call resolves by name over the whole graph:
     /// to the caller's own file's definitions of that name when there are any, else to all of
-    /// them, and to none when that is more than `CALL_FANOUT` (too ambiguous to be useful).
+    /// them, and to none when they are more than `CALL_FANOUT`.
     pub(super) fn build_edges(&mut self) {
         let mut edges = Vec::new();
-        for f in &self.files {
-            for i in f.first + 1..f.first + f.count {
-                edges.push((f.first, i, EdgeKind::Contains));
-                if let Some(p) = self.parents[i as usize] {
-                    edges.push((p, i, EdgeKind::Contains));
-                }
-            }
-        }
-
+        let mut by_name: HashMap<&str, Vec<u32>> = HashMap::new();
         let mut go_dirs: HashMap<&str, Vec<usize>> = HashMap::new();
         for (i, f) in self.files.iter().enumerate() {
+            for j in f.first + 1..f.first + f.count {
+                edges.push((f.first, j, EdgeKind::Contains));
+                by_name
+                    .entry(&self.components[j as usize].name)
+                    .or_default()
+                    .push(j);
+            }
+            for (j, p) in (f.first..).zip(&f.links.parents) {
+                edges.extend(p.map(|p| (f.first + p, j, EdgeKind::Contains)));
+            }
             if f.lang == Lang::Go && !f.path.ends_with("_test.go") {
                 go_dirs.entry(dir_of(&f.path)).or_default().push(i);
             }
         }
         for (i, f) in self.files.iter().enumerate() {
-            let mut targets: Vec<usize> = Vec::new();
-            for spec in &self.imports[i] {
-                match f.lang {
-                    Lang::Python => targets.extend(self.resolve_python(&f.path, spec)),
-                    Lang::Rust => targets.extend(self.resolve_rust(&f.path, spec)),
-                    Lang::Go => {
-                        let dir = go_dirs
-                            .keys()
-                            .filter(|d| spec == **d || spec.ends_with(&format!("/{d}")))
-                            .max_by_key(|d| d.len());
-                        targets.extend(dir.map(|d| go_dirs[d].clone()).unwrap_or_default());
-                    }
-                    _ => targets.extend(self.resolve_js(&f.path, spec)),
-                }
-            }
+            let mut targets: Vec<usize> = (f.links.imports.iter())
+                .flat_map(|spec| match f.lang {
+                    Lang::Python => self.resolve_python(&f.path, spec).into_iter().collect(),
+                    Lang::Rust => self.resolve_rust(&f.path, spec).into_iter().collect(),
+                    Lang::Go => go_package(&go_dirs, spec),
+                    _ => self.resolve_js(&f.path, spec).into_iter().collect(),
+                })
+                .filter(|t| *t != i)
+                .collect();
             targets.sort_unstable();
             targets.dedup();
-            for t in targets.into_iter().filter(|t| *t != i) {
-                edges.push((f.first, self.files[t].first, EdgeKind::Imports));
-            }
-        }
+            edges.extend(
+                targets
+                    .iter()
+                    .map(|t| (f.first, self.files[*t].first, EdgeKind::Imports)),
+            );
 
-        let mut by_name: HashMap<&str, Vec<u32>> = HashMap::new();
-        for (i, c) in self.components.iter().enumerate() {
-            if c.kind != Kind::Module {
-                by_name.entry(c.name.as_str()).or_default().push(i as u32);
-            }
-        }
-        for (i, names) in self.calls.iter().enumerate() {
-            let file = &self.components[i].file;
-            for name in names {
-                let Some(all) = by_name.get(&**name) else {
+            // A name's definitions are in index order, so this file's are one run of them.
+            let (lo, hi) = (f.first, f.first + f.count);
+            for &(caller, start, end) in &f.links.calls {
+                let (caller, name) = (
+                    f.first + caller,
+                    &f.links.names[start as usize..end as usize],
+                );
+                let Some(all) = by_name.get(name) else {
                     continue;
                 };
-                let local: Vec<u32> = all
-                    .iter()
-                    .copied()
-                    .filter(|t| self.components[*t as usize].file == *file)
-                    .collect();
-                let targets = if local.is_empty() { all } else { &local };
+                let local = all.partition_point(|t| *t < lo)..all.partition_point(|t| *t < hi);
+                let targets = if local.is_empty() {
+                    &all[..]
+                } else {
+                    &all[local]
+                };
                 if targets.len() <= CALL_FANOUT {
-                    let targets = targets.iter().filter(|t| **t as usize != i);
-                    edges.extend(targets.map(|t| (i as u32, *t, EdgeKind::Calls)));
+                    let targets = targets.iter().filter(|t| **t != caller);
+                    edges.extend(targets.map(|t| (caller, *t, EdgeKind::Calls)));
                 }
             }
         }
@@ -100,7 +95,7 @@ impl Index {
             .chain(EXTS.iter().map(|e| format!("{base}.{e}")))
             .chain(EXTS.iter().map(|e| format!("{stem}.{e}")))
             .chain(EXTS.iter().map(|e| format!("{base}/index.{e}")))
-            .find_map(|p| self.file_index(p.trim_start_matches('/')))
+            .find_map(|p| self.file_index(&p))
     }
 
     /// Relative dots from the importing package; absolute names from the importer's directory
@@ -169,6 +164,23 @@ impl Index {
     }
 }
 
+/// The package directory sharing the most trailing segments with the import path: at least two
+/// (`example.com/m/pkg/util` ~ `go/pkg/util`), or all of the directory's own.
+fn go_package(dirs: &HashMap<&str, Vec<usize>>, spec: &str) -> Vec<usize> {
+    let shared = |d: &str| {
+        d.rsplit('/')
+            .zip(spec.rsplit('/'))
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    let best = dirs
+        .keys()
+        .map(|d| (shared(d), d.len(), *d))
+        .filter(|(s, _, d)| *s >= 2 || (*s > 0 && *s == d.split('/').count()))
+        .max();
+    best.map(|(_, _, d)| dirs[d].clone()).unwrap_or_default()
+}
+
 fn dir_of(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(d, _)| d)
 }
@@ -186,7 +198,7 @@ fn join_path(dir: &str, rest: &str) -> String {
 }
 
 /// Resolves `.` and `..`; `None` when it climbs above the root.
-fn normalize(path: &str) -> Option<String> {
+pub(super) fn normalize(path: &str) -> Option<String> {
     let mut out: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {
@@ -280,10 +292,10 @@ pub struct Impact {
     /// The changed files found in the index, workspace-relative.
     pub changed_files: Vec<String>,
     pub not_indexed: Vec<String>,
-    /// Components of the changed files, the starting points (not listed as affected).
+    /// Components of the changed files: the starting points, not listed as affected.
     pub seeds: usize,
     pub affected_total: usize,
-    /// Ordered by smallest depth, then path; components within by depth, then line.
+    /// By smallest depth, then path; the components within by depth, then line.
     pub files: Vec<AffectedFile>,
 }
 
@@ -297,7 +309,7 @@ impl Index {
         let hit = |toks: &[String], t: &String| toks.iter().any(|x| x.contains(t.as_str()));
         let mut hits: Vec<SearchHit> = Vec::new();
         for f in &self.files {
-            if !file_filter.is_empty() && !file_filter.iter().any(|s| f.path.contains(s.as_str())) {
+            if !(file_filter.is_empty() || file_filter.iter().any(|s| f.path.contains(s))) {
                 continue;
             }
             let path_toks = tokenize(&f.path);
@@ -305,10 +317,9 @@ impl Index {
                 let mut name_toks = tokenize(&c.name);
                 name_toks.extend(tokenize(&c.qualified_name));
                 let kind = [c.kind.as_str().to_string()];
-                let matched = q
-                    .iter()
-                    .all(|t| hit(&name_toks, t) || hit(&path_toks, t) || hit(&kind, t));
-                if matched {
+                if q.iter()
+                    .all(|t| hit(&name_toks, t) || hit(&path_toks, t) || hit(&kind, t))
+                {
                     let name_hits = q.iter().filter(|t| hit(&name_toks, t)).count();
                     hits.push(SearchHit {
                         component: c.clone(),
@@ -318,23 +329,21 @@ impl Index {
             }
         }
         hits.sort_by(|a, b| {
-            let key = |h: &SearchHit| {
-                let c = &h.component;
-                (
-                    std::cmp::Reverse(h.name_hits),
-                    c.name.len(),
-                    c.file.clone(),
-                    c.start_line,
-                )
-            };
-            key(a).cmp(&key(b))
+            let (x, y) = (&a.component, &b.component);
+            (b.name_hits, x.name.len(), &x.file, x.start_line).cmp(&(
+                a.name_hits,
+                y.name.len(),
+                &y.file,
+                y.start_line,
+            ))
         });
         hits.truncate(limit);
         hits
     }
 
-    /// Breadth-first over CALLS and IMPORTS from every component of the changed files. Test files
-    /// are neither listed nor walked through unless `include_tests`.
+    /// Breadth-first over CALLS and IMPORTS from every component of the changed files (which
+    /// makes their members count as changed; CONTAINS is not walked beyond that). Test files are
+    /// neither listed nor walked through unless `include_tests`.
     pub fn impact(
         &self,
         changed_files: &[String],
@@ -342,24 +351,21 @@ impl Index {
         max_depth: usize,
         include_tests: bool,
     ) -> Impact {
-        let mut changed = Vec::new();
-        let mut not_indexed = Vec::new();
-        // Node -> (depth, the node and edge it was reached by).
+        let (mut changed_files_found, mut not_indexed) = (Vec::new(), Vec::new());
+        // Per node reached: its depth, and the node and edge kind it was first reached by.
         let mut seen: HashMap<u32, (usize, Option<(u32, EdgeKind)>)> = HashMap::new();
         let mut queue = VecDeque::new();
         for file in changed_files {
             let rel = self.rel_path(file);
-            match self.file_index(&rel).map(|i| &self.files[i]) {
-                Some(FileRec { first, count, .. }) => {
-                    for n in *first..first + count {
-                        if seen.insert(n, (0, None)).is_none() {
-                            queue.push_back(n);
-                        }
-                    }
-                    changed.push(rel);
-                }
-                None => not_indexed.push(rel),
+            let Some(f) = self.file_index(&rel).map(|i| &self.files[i]) else {
+                not_indexed.push(rel);
+                continue;
+            };
+            for n in f.first..f.first + f.count {
+                seen.insert(n, (0, None));
+                queue.push_back(n);
             }
+            changed_files_found.push(rel);
         }
         let seeds = seen.len();
         let dirs: &[Dir] = match direction {
@@ -373,66 +379,63 @@ impl Index {
                 continue;
             }
             let mut next: Vec<(u32, EdgeKind)> = Vec::new();
-            for d in dirs {
-                for e in self.graph.edges_directed(NodeIndex::new(n as usize), *d) {
-                    let other = if *d == Dir::Outgoing {
+            for &d in dirs {
+                for e in self.graph.edges_directed(NodeIndex::new(n as usize), d) {
+                    let other = if d == Dir::Outgoing {
                         e.target()
                     } else {
                         e.source()
                     };
-                    if *e.weight() != EdgeKind::Contains {
-                        next.push((other.index() as u32, *e.weight()));
-                    }
+                    next.push((other.index() as u32, *e.weight()));
                 }
             }
             // Sorted, so which path is reported does not hang on edge insertion order.
-            next.sort_by_key(|(m, k)| (*m, *k as u8));
+            next.sort();
             for (m, kind) in next {
-                if seen.contains_key(&m)
-                    || (!include_tests && is_test_path(&self.components[m as usize].file))
-                {
-                    continue;
+                let test = !include_tests && is_test_path(&self.components[m as usize].file);
+                if kind != EdgeKind::Contains && !test && !seen.contains_key(&m) {
+                    seen.insert(m, (depth + 1, Some((n, kind))));
+                    queue.push_back(m);
                 }
-                seen.insert(m, (depth + 1, Some((n, kind))));
-                queue.push_back(m);
             }
         }
 
         let mut affected: Vec<(&Component, Affected)> = Vec::new();
-        for (&n, &(depth, _)) in seen.iter().filter(|(_, (d, _))| *d > 0) {
-            let mut via = Vec::new();
-            let mut at = n;
+        for (&n, &(depth, _)) in seen.iter().filter(|(_, (depth, _))| *depth > 0) {
+            let (mut via, mut at) = (Vec::new(), n);
             while let Some((_, Some((prev, kind)))) = seen.get(&at) {
                 via.push(*kind);
                 at = *prev;
             }
             via.reverse();
             let c = &self.components[n as usize];
-            affected.push((
-                c,
-                Affected {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    qualified_name: c.qualified_name.clone(),
-                    kind: c.kind,
-                    start_line: c.start_line,
-                    end_line: c.end_line,
-                    depth,
-                    via,
-                },
-            ));
+            let (id, name, qualified_name) =
+                (c.id.clone(), c.name.clone(), c.qualified_name.clone());
+            let (kind, start_line, end_line) = (c.kind, c.start_line, c.end_line);
+            let a = Affected {
+                id,
+                name,
+                qualified_name,
+                kind,
+                start_line,
+                end_line,
+                depth,
+                via,
+            };
+            affected.push((c, a));
         }
-        affected.sort_by(|(ca, a), (cb, b)| {
-            (a.depth, &ca.file, a.start_line, &a.id).cmp(&(b.depth, &cb.file, b.start_line, &b.id))
+        affected.sort_by(|(c, a), (d, b)| {
+            (a.depth, &c.file, a.start_line, &a.id).cmp(&(b.depth, &d.file, b.start_line, &b.id))
         });
         let affected_total = affected.len();
         let mut files: Vec<AffectedFile> = Vec::new();
         let mut slot: HashMap<&str, usize> = HashMap::new();
         for (c, a) in affected {
-            let i = *slot.entry(c.file.as_str()).or_insert_with(|| {
+            let i = *slot.entry(&c.file).or_insert_with(|| {
+                let (file, is_test) = (c.file.clone(), is_test_path(&c.file));
                 files.push(AffectedFile {
-                    file: c.file.clone(),
-                    is_test: is_test_path(&c.file),
+                    file,
+                    is_test,
                     components: Vec::new(),
                 });
                 files.len() - 1
@@ -440,7 +443,7 @@ impl Index {
             files[i].components.push(a);
         }
         Impact {
-            changed_files: changed,
+            changed_files: changed_files_found,
             not_indexed,
             seeds,
             affected_total,

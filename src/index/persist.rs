@@ -5,13 +5,12 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use petgraph::graph::DiGraph;
-use petgraph::visit::EdgeRef;
 use serde::{Deserialize, Serialize};
 
 use super::{Component, EdgeKind, FileRec, Index, IndexOptions, Scan, Skipped, scan};
 
 /// Bumped whenever the document's shape or what parsing extracts changes.
-pub const CACHE_VERSION: u32 = 1;
+pub const CACHE_VERSION: u32 = 2;
 
 /// Why a cache was not used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,14 +69,12 @@ impl Index {
             files: Cow::Borrowed(&self.files),
             unreadable: Cow::Borrowed(&self.unreadable),
             components: Cow::Borrowed(&self.components),
-            edges: self
-                .graph
-                .edge_references()
+            edges: (self.graph.raw_edges().iter())
                 .map(|e| {
                     (
                         e.source().index() as u32,
                         e.target().index() as u32,
-                        *e.weight(),
+                        e.weight,
                     )
                 })
                 .collect(),
@@ -103,7 +100,7 @@ impl Index {
         if doc.version != CACHE_VERSION {
             return Err(version(doc.version));
         }
-        let mut index = Index::new(root);
+        let index = Index::new(root);
         if index.root.to_string_lossy() != doc.root {
             return Err(Discarded::RootChanged);
         }
@@ -128,31 +125,31 @@ impl Index {
             return Err(d);
         }
 
-        let n = n as usize;
-        let mut graph = DiGraph::with_capacity(n, doc.edges.len());
+        let mut graph = DiGraph::with_capacity(n as usize, doc.edges.len());
         for _ in 0..n {
             graph.add_node(());
         }
         graph.extend_with_edges(doc.edges);
         let files = doc.files.into_owned();
-        index.by_path = files
+        let by_path = files
             .iter()
             .enumerate()
             .map(|(i, f)| (f.path.clone(), i))
             .collect();
-        index.imports = vec![Vec::new(); files.len()];
-        index.files = files;
-        index.calls = vec![Vec::new(); n];
-        index.parents = vec![None; n];
-        index.components = doc.components.into_owned();
-        index.graph = graph;
-        index.next = now.files.len();
-        index.edges_for = index.next;
-        index.scan = now;
-        index.unreadable = doc.unreadable.into_owned();
-        index.opts = Some(opts);
-        index.elapsed_ms = doc.elapsed_ms;
-        Ok(index)
+        let next = now.files.len();
+        Ok(Index {
+            opts: Some(opts),
+            scan: now,
+            next,
+            files,
+            by_path,
+            unreadable: doc.unreadable.into_owned(),
+            components: doc.components.into_owned(),
+            graph,
+            edges_for: next,
+            elapsed_ms: doc.elapsed_ms,
+            ..index
+        })
     }
 }
 
