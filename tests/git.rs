@@ -966,6 +966,10 @@ mod cochange {
             .chain(["a.py".to_string()])
             .collect();
         touch(&sweep, 102);
+        // A directory replaced by a file of its name: its files are deleted, the file added.
+        std::fs::remove_dir_all(dir.join("pkg/sub")).unwrap();
+        std::fs::write(dir.join("pkg/sub"), "now a file\n").unwrap();
+        touch(&s(&["a.py"]), 103);
 
         let repo = Repo::open(&dir).unwrap();
         // The oracle: each commit's files against its first parent, newest 500, sweeps left out.

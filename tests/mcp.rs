@@ -624,58 +624,83 @@ fn read_line(r: &mut impl BufRead) -> Value {
         .unwrap_or_else(|e| panic!("stdout carried non-JSON ({e}): {line:?}"))
 }
 
+/// The real binary on stdio, spoken to line by line, initialized.
+struct Raw {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Raw {
+    fn start(env: &TestEnv, args: &[&str]) -> (Raw, Value) {
+        let mut child = env
+            .cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the server");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut raw = Raw {
+            child,
+            stdin,
+            stdout,
+        };
+        raw.send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        );
+        let init = read_line(&mut raw.stdout);
+        raw.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        (raw, init)
+    }
+
+    fn send(&mut self, v: Value) {
+        writeln!(self.stdin.as_mut().expect("stdin open"), "{v}").expect("write");
+    }
+
+    fn call(&mut self, id: u64, tool: &str) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {}}}));
+    }
+
+    /// Closes stdin and returns the rest of stdout and all of stderr once the server ends.
+    fn finish(mut self) -> (String, String) {
+        drop(self.stdin.take());
+        assert!(
+            wait_until(Duration::from_secs(30), || matches!(
+                self.child.try_wait(),
+                Ok(Some(_))
+            )),
+            "the server did not end when stdin closed"
+        );
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest).expect("rest of stdout");
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut self.child.stderr.take().expect("stderr"), &mut err)
+            .expect("stderr");
+        (rest, err)
+    }
+}
+
 #[test]
 fn the_binary_speaks_only_json_rpc_on_stdout_and_ends_with_stdin() {
     let mut env = TestEnv::new();
     env.set("RUST_LOG", "debug");
-    let mut child = env
-        .cmd(&[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the server");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let send = |w: &mut std::process::ChildStdin, v: Value| {
-        writeln!(w, "{v}").expect("write");
-    };
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
-    );
-    let init = read_line(&mut stdout);
+    let (mut raw, init) = Raw::start(&env, &[]);
     assert_eq!(init["id"], 1);
     assert!(init["result"]["instructions"].as_str().is_some(), "{init}");
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    );
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "get_metrics", "arguments": {}}}),
-    );
-    let call = read_line(&mut stdout);
+    raw.call(2, "get_metrics");
+    let call = read_line(&mut raw.stdout);
     assert_eq!(call["id"], 2);
     assert_eq!(call["result"]["isError"], false, "{call}");
-    drop(stdin);
-    assert!(
-        wait_until(Duration::from_secs(10), || matches!(
-            child.try_wait(),
-            Ok(Some(_))
-        )),
-        "the server did not end when stdin closed"
-    );
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("rest of stdout");
+    let (rest, err) = raw.finish();
     for line in rest.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).expect("only JSON-RPC on stdout");
         assert_eq!(v["jsonrpc"], "2.0");
     }
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
-        .expect("stderr");
     assert!(
         err.contains("tool call get_metrics"),
         "logs go to stderr: {err}"
@@ -696,41 +721,20 @@ fn a_cancelled_call_gets_no_answer_and_the_server_goes_on() {
             .collect();
         std::fs::write(dir.join(format!("m{i}.py")), body).expect("write");
     }
-    let mut child = env
-        .cmd(&["serve"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the server");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut send = |v: Value| writeln!(stdin, "{v}").expect("write");
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
+    let (mut raw, _) = Raw::start(&env, &["serve"]);
+    raw.call(2, "init_workspace");
+    raw.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "test"}}),
     );
-    assert_eq!(read_line(&mut stdout)["id"], 1);
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "init_workspace", "arguments": {}}}),
-    );
-    send(
-        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "test"}}),
-    );
-    send(
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_problems", "arguments": {}}}),
-    );
-    let next = read_line(&mut stdout);
+    raw.call(3, "get_problems");
+    let next = read_line(&mut raw.stdout);
     assert_eq!(next["id"], 3, "{next}");
-    drop(stdin);
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("rest of stdout");
+    let (rest, _) = raw.finish();
     assert!(
         !rest.contains("\"id\":2"),
         "the cancelled call was answered: {rest}"
     );
-    let _ = child.wait();
     let calls = std::fs::read_to_string(&log).expect("call log");
     let init: Value = calls
         .lines()

@@ -5,8 +5,6 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use gix::bstr::ByteSlice;
-
 use super::{GitError, Repo, read_err};
 
 /// One tree entry: its id and mode.
@@ -128,11 +126,8 @@ pub fn mine_cochanges(
         if !touches {
             continue;
         }
-        let files: Vec<String> = repo
-            .tree_changes(&old, &new)?
-            .iter()
-            .map(|c| c.location().to_str_lossy().into_owned())
-            .collect();
+        let mut files = Vec::new();
+        repo.changed_paths(Some(old.id), Some(new.id), "", &mut files)?;
         if files.len() > MAX_FILES_PER_COMMIT {
             report.skipped_sweeps += 1;
             continue;
