@@ -34,30 +34,55 @@ impl PathProbe {
         Ok(e)
     }
 
+    /// `old` is `None` for a root commit's (empty) parent tree.
     fn changed(
         &mut self,
         repo: &Repo,
-        old: gix::ObjectId,
+        old: Option<gix::ObjectId>,
         new: gix::ObjectId,
         path: &str,
     ) -> Result<bool, GitError> {
         let (mut old, mut new) = (old, new);
         let mut parts = path.split('/').peekable();
         while let Some(name) = parts.next() {
-            if old == new {
+            if old == Some(new) {
                 return Ok(false);
             }
-            let (a, b) = (self.child(repo, old, name)?, self.child(repo, new, name)?);
+            let a = match old {
+                Some(t) => self.child(repo, t, name)?,
+                None => None,
+            };
+            let b = self.child(repo, new, name)?;
             match (a, b) {
                 (None, None) => return Ok(false),
                 (Some(x), Some(y)) if parts.peek().is_some() && x.1.is_tree() && y.1.is_tree() => {
-                    (old, new) = (x.0, y.0);
+                    (old, new) = (Some(x.0), y.0);
                 }
                 (a, b) => return Ok(a != b),
             }
         }
-        Ok(old != new)
+        Ok(old != Some(new))
     }
+}
+
+/// A commit's tree id, read once per commit.
+fn tree_of(
+    repo: &Repo,
+    seen: &mut HashMap<gix::ObjectId, gix::ObjectId>,
+    commit: gix::ObjectId,
+) -> Result<gix::ObjectId, GitError> {
+    if let Some(t) = seen.get(&commit) {
+        return Ok(*t);
+    }
+    let t = repo
+        .repo
+        .find_commit(commit)
+        .map_err(read_err)?
+        .tree_id()
+        .map_err(read_err)?
+        .detach();
+    seen.insert(commit, t);
+    Ok(t)
 }
 
 /// How far back the history is read.
@@ -112,13 +137,19 @@ pub fn mine_cochanges(
         .map_err(read_err)?;
     let mut counts: HashMap<String, usize> = HashMap::new();
     let mut probe = PathProbe::default();
+    let mut trees = HashMap::new();
     for info in walk.take(HISTORY_DEPTH) {
         let info = info.map_err(read_err)?;
         report.scanned += 1;
-        let (old, new, _) = repo.first_parent_trees(info.id)?;
+        // Tree ids only: a commit's parent is the next commit read, so each is decoded once.
+        let new = tree_of(repo, &mut trees, info.id)?;
+        let old = match info.parent_ids.first() {
+            Some(p) => Some(tree_of(repo, &mut trees, *p)?),
+            None => None,
+        };
         let mut touches = false;
         for f in changed {
-            if probe.changed(repo, old.id, new.id, f)? {
+            if probe.changed(repo, old, new, f)? {
                 touches = true;
                 break;
             }
@@ -127,7 +158,7 @@ pub fn mine_cochanges(
             continue;
         }
         let mut files = Vec::new();
-        repo.changed_paths(Some(old.id), Some(new.id), "", &mut files)?;
+        repo.changed_paths(old, Some(new), "", &mut files)?;
         if files.len() > MAX_FILES_PER_COMMIT {
             report.skipped_sweeps += 1;
             continue;
