@@ -58,6 +58,9 @@ def history(root, commits=600, files=300):
             stream.append(f"M 100644 inline {n}\ndata {len(body)}\n{body}")
         stream.append("\n")
     subprocess.run(["git", "fast-import", "--quiet"], input="".join(stream).encode(), cwd=root, check=True)
+    # fast-import deltas each version against the one before it; git gc packs the other way
+    # round (newest whole), which is what a real clone holds and what history reads assume.
+    subprocess.run(["git", "repack", "-adq"], cwd=root, check=True)
     subprocess.run(["git", "checkout", "-q", "main"], cwd=root, check=True)
     return names
 

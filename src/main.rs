@@ -30,7 +30,11 @@ fn main() -> ExitCode {
             return Exit::Failure.into();
         }
     };
-    match runtime.block_on(commands::run(cli, Env::from_process())) {
+    let result = runtime.block_on(commands::run(cli, Env::from_process()));
+    // A read of stdin on a blocking thread cannot be interrupted (the MCP server's, once its
+    // client left by closing stdout); the command is done, so the process does not wait for it.
+    runtime.shutdown_background();
+    match result {
         Ok(exit) => exit.into(),
         Err(err) => {
             eprintln!("error: {err}");

@@ -743,3 +743,31 @@ fn a_cancelled_call_gets_no_answer_and_the_server_goes_on() {
         .expect("the cancelled call is logged");
     assert_eq!(init["outcome"], "cancelled", "{calls}");
 }
+
+#[test]
+fn a_closed_stdout_ends_the_server() {
+    let env = TestEnv::new();
+    let (raw, init) = Raw::start(&env, &["serve"]);
+    assert_eq!(init["id"], 1);
+    let Raw {
+        mut child,
+        stdin,
+        stdout,
+    } = raw;
+    // The client stops reading: the next answer's write fails and the server ends.
+    drop(stdout);
+    let mut stdin = stdin.expect("stdin open");
+    let _ = writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    );
+    let _ = stdin.flush();
+    assert!(
+        wait_until(Duration::from_secs(10), || matches!(
+            child.try_wait(),
+            Ok(Some(_))
+        )),
+        "the server did not end when its stdout closed"
+    );
+}

@@ -14,7 +14,7 @@ pub struct ServeArgs {}
 
 pub async fn run(_args: ServeArgs, env: Env) -> CliResult {
     let ctx = Arc::new(Ctx::new(env, true));
-    crate::mcp::server::serve(ctx, rmcp::transport::stdio())
+    crate::mcp::server::serve_stdio(ctx)
         .await
         .map_err(CliError::failure)?;
     Ok(Exit::Ok)

@@ -130,3 +130,73 @@ where
         .map_err(|e| format!("the MCP session ended abnormally: {e}"))?;
     Ok(())
 }
+
+/// Serves MCP on this process's stdin and stdout (anchor: serve_stdio). rmcp logs a failed
+/// write and reads on, so a client that closed our stdout would leave the server running: a
+/// failed write to stdout ends the session instead.
+pub async fn serve_stdio(ctx: Arc<Ctx>) -> Result<(), String> {
+    let gone = Arc::new(tokio::sync::Notify::new());
+    let stdout = WatchedWriter {
+        inner: tokio::io::stdout(),
+        gone: gone.clone(),
+    };
+    let running = Server::new(ctx)
+        .serve((tokio::io::stdin(), stdout))
+        .await
+        .map_err(|e| format!("the MCP session did not start: {e}"))?;
+    let cancel = running.cancellation_token();
+    tokio::select! {
+        r = running.waiting() => {
+            r.map_err(|e| format!("the MCP session ended abnormally: {e}"))?;
+        }
+        _ = gone.notified() => {
+            tracing::info!("stdout is closed: the client is gone");
+            cancel.cancel();
+        }
+    }
+    Ok(())
+}
+
+/// An async writer that signals the first write error.
+struct WatchedWriter<W> {
+    inner: W,
+    gone: Arc<tokio::sync::Notify>,
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> WatchedWriter<W> {
+    fn watch<T>(
+        &self,
+        r: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        if let std::task::Poll::Ready(Err(_)) = &r {
+            self.gone.notify_one();
+        }
+        r
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WatchedWriter<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(r)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(r)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
