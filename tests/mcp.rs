@@ -491,6 +491,41 @@ async fn findings_tools_share_through_the_ledger() {
     );
     let (closed, _) = b.call("claim_finding", json!({"problem_id": id})).await;
     assert!(closed.contains("is closed"), "{closed}");
+
+    // The fleet case: b records, a discards it by the concept id recall shows; b's next recall
+    // retires b's own seed.
+    let rec = b
+        .ok(
+            "record_finding",
+            json!({"files": ["b.py"], "summary": "x is never read", "severity": "LOW", "category": "style"}),
+        )
+        .await;
+    let b_id = rec.split_whitespace().nth(1).expect("id").to_string();
+    let concept = rec
+        .split_whitespace()
+        .find(|w| w.starts_with("concept_"))
+        .expect("concept id")
+        .trim_end_matches(',')
+        .to_string();
+    let discarded = a
+        .ok(
+            "mark_complete",
+            json!({"problem_id": concept, "action": "discard"}),
+        )
+        .await;
+    assert!(discarded.contains("origin remote"), "{discarded}");
+    assert!(
+        discarded.contains("Nothing local was retired"),
+        "{discarded}"
+    );
+    let after = b.ok("get_problems", json!({})).await;
+    assert!(after.contains("x is never read [RETRACTED]"), "{after}");
+    assert!(!after.contains(&format!("- {b_id} [LOW]")), "{after}");
+    let metrics = b.ok("get_metrics", json!({})).await;
+    assert!(
+        metrics.contains("Open findings in the local store: 0"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
