@@ -526,6 +526,30 @@ async fn findings_tools_share_through_the_ledger() {
         metrics.contains("Open findings in the local store: 0"),
         "{metrics}"
     );
+
+    // Tasks are listed apart, the next move first.
+    let task = a
+        .ok(
+            "record_finding",
+            json!({"files": ["b.py"], "summary": "rename x", "severity": "MEDIUM", "category": "task"}),
+        )
+        .await;
+    let task_id = task.split_whitespace().nth(1).expect("id").to_string();
+    let board = b.ok("get_problems", json!({})).await;
+    assert!(board.starts_with("Open findings: 0 ("), "{board}");
+    assert!(board.contains("; 1 open tasks, listed apart"), "{board}");
+    assert!(
+        board.contains(
+            "Tasks (1 open: 0 yours, 1 unclaimed, 0 claimed by others, 0 with a fix pending)"
+        ),
+        "{board}"
+    );
+    b.ok("claim_finding", json!({"problem_id": task_id})).await;
+    let board = b.ok("get_problems", json!({})).await;
+    assert!(board.contains("Tasks (1 open: 1 yours,"), "{board}");
+    assert!(board.contains("[claimed by this checkout until"), "{board}");
+    let board = a.ok("get_problems", json!({"category": ["task"]})).await;
+    assert!(board.starts_with("Open findings: 1 (1 in the local store, 1 recorded by agents on this codebase; 1 in both)"), "{board}");
 }
 
 #[tokio::test]

@@ -168,7 +168,7 @@ fn overlaps(seed_groups: &[&Seed], all: &[Seed], r: &Recalled) -> bool {
 }
 
 /// The tag a recalled open finding carries: a live claim, a pending fix.
-fn tags(view: &LedgerView, f: &Finding, me: Option<&str>, ws: &Path) -> String {
+fn tags(view: &LedgerView, f: &Finding, me: Option<&str>) -> String {
     let mut out = String::new();
     if let Some(h) = view.holder(f, crate::util::now_ms()) {
         let until = rfc3339_ms(claims::lapses_at(&h));
@@ -210,7 +210,6 @@ fn tags(view: &LedgerView, f: &Finding, me: Option<&str>, ws: &Path) -> String {
             ),
         };
     }
-    let _ = ws;
     out
 }
 
@@ -425,7 +424,7 @@ fn render_problems(
         }
     );
     for r in open.iter().take(shown) {
-        let _ = writeln!(out, "{}", recalled_line(r, &tags(view, &r.finding, me, ws)));
+        let _ = writeln!(out, "{}", recalled_line(r, &tags(view, &r.finding, me)));
     }
     if !full {
         return;
@@ -438,7 +437,7 @@ fn render_problems(
         }
     }
     if task_count > 0 || !closed_tasks.is_empty() {
-        render_tasks(out, view, &open_tasks, &local_tasks, &p.local_all, me, ws);
+        render_tasks(out, view, &open_tasks, &local_tasks, &p.local_all, me);
         if !closed_tasks.is_empty() {
             let _ = writeln!(out, "Closed tasks ({}):", closed_tasks.len());
             for (r, v) in closed_tasks.iter().take(5) {
@@ -456,7 +455,6 @@ fn render_tasks(
     local: &[&Seed],
     all: &[Seed],
     me: Option<&str>,
-    ws: &Path,
 ) {
     let now = crate::util::now_ms();
     let rank = |r: &Recalled| {
@@ -470,7 +468,7 @@ fn render_tasks(
     };
     let mut tasks: Vec<(u8, String)> = recalled
         .iter()
-        .map(|r| (rank(r), recalled_line(r, &tags(view, &r.finding, me, ws))))
+        .map(|r| (rank(r), recalled_line(r, &tags(view, &r.finding, me))))
         .collect();
     for s in local {
         if !recalled.iter().any(|r| overlaps(&[*s], all, r)) {
