@@ -28,6 +28,8 @@ pub struct Ctx {
     store: OnceLock<Result<Arc<Store>, String>>,
     /// The code graph of the last indexed root; parsing runs on a blocking thread.
     pub index: Arc<Mutex<Option<Index>>>,
+    /// `local_index_unavailable(…)` once a grammar failed to load; it will not load later.
+    pub index_unavailable: OnceLock<String>,
     pub call_log: Option<CallLog>,
     session_id: String,
     /// The long-running server keeps the attachment alive in the background; `tool call`
@@ -47,6 +49,7 @@ impl Ctx {
             session: OnceLock::new(),
             store: OnceLock::new(),
             index: Arc::new(Mutex::new(None)),
+            index_unavailable: OnceLock::new(),
             long_running,
         }
     }

@@ -559,10 +559,7 @@ pub async fn get_analysis_context(ctx: &Ctx, a: ContextArgs) -> Reply {
     if s.from != ws {
         let _ = writeln!(out, "Identity derived from: {}", s.from.display());
     }
-    let metrics = super::local::get_metrics(ctx, super::local::NoArgs {}).await;
-    if let Some(graph) = metrics.text.lines().find(|l| l.starts_with("Code graph")) {
-        let _ = writeln!(out, "{graph}");
-    }
+    let _ = writeln!(out, "{}", super::local::graph_line(ctx, &ws));
     let filters = Filters {
         severity: None,
         category: None,

@@ -143,14 +143,17 @@ pub fn relative(ws: &Path, file: &str) -> String {
 }
 
 /// Runs `f` on the workspace's index: the one in memory, else the persisted one when it is
-/// still valid. `None` when neither exists.
-fn with_index<T>(ctx: &Ctx, ws: &Path, f: impl FnOnce(&Index) -> T) -> Option<T> {
+/// still valid. The error is the line to answer: no index yet, or the parser cannot load.
+fn with_index<T>(ctx: &Ctx, ws: &Path, f: impl FnOnce(&Index) -> T) -> Result<T, String> {
+    if let Some(e) = ctx.index_unavailable.get() {
+        return Err(e.clone());
+    }
     let ws = real(ws);
     let mut slot = ctx.index.lock().expect("no index user panics");
     if slot.as_ref().is_none_or(|i| i.root() != ws) {
         *slot = load_persisted(ctx.index_cache_path(&ws), &ws, &IndexOptions::default());
     }
-    slot.as_ref().map(f)
+    slot.as_ref().map(f).ok_or_else(|| NO_INDEX.to_string())
 }
 
 fn real(p: &Path) -> PathBuf {
@@ -212,7 +215,13 @@ pub async fn init_workspace(ctx: &Ctx, a: InitArgs) -> Reply {
     .await;
     let (report, stats, saved, reused) = match run {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Reply::error(format!("init_workspace: {e}")),
+        Ok(Err(e)) => {
+            // A grammar that cannot load will not load later: every local tool says so.
+            if let e @ crate::index::IndexError::Unavailable { .. } = &e {
+                let _ = ctx.index_unavailable.set(e.to_string());
+            }
+            return Reply::error(format!("init_workspace: {e}"));
+        }
         Err(e) => return Reply::error(format!("init_workspace: indexing stopped: {e}")),
     };
     let mut out = String::new();
@@ -298,13 +307,13 @@ pub async fn search_codebase(ctx: &Ctx, a: SearchArgs) -> Reply {
     let mut out = String::new();
     if matches!(target, Target::Components | Target::Both) {
         match with_index(ctx, &ws, |i| i.search(&a.query, limit, &filter)) {
-            None => {
-                let _ = writeln!(out, "{NO_INDEX}");
+            Err(e) => {
+                let _ = writeln!(out, "{e}");
             }
-            Some(hits) if hits.is_empty() => {
+            Ok(hits) if hits.is_empty() => {
                 let _ = writeln!(out, "Components: none match {:?}.", a.query);
             }
-            Some(hits) => {
+            Ok(hits) => {
                 let _ = writeln!(out, "Components ({}):", hits.len());
                 for h in hits {
                     let c = &h.component;
@@ -444,10 +453,11 @@ pub async fn analyze_impact(ctx: &Ctx, a: ImpactArgs) -> Reply {
     };
     let depth = a.max_depth.unwrap_or(5);
     let files: Vec<String> = a.changed_files.iter().map(|f| relative(&ws, f)).collect();
-    let Some(impact) = with_index(ctx, &ws, |i| {
+    let impact = match with_index(ctx, &ws, |i| {
         i.impact(&files, direction, depth, a.include_tests.unwrap_or(true))
-    }) else {
-        return Reply::error(format!("analyze_impact: {NO_INDEX}"));
+    }) {
+        Ok(impact) => impact,
+        Err(e) => return Reply::error(format!("analyze_impact: {e}")),
     };
     let mut out = String::new();
     let _ = writeln!(
@@ -494,7 +504,7 @@ pub async fn analyze_impact(ctx: &Ctx, a: ImpactArgs) -> Reply {
 pub async fn assign_git_changes(ctx: &Ctx, a: AssignArgs) -> Reply {
     let ws = workspace(ctx);
     let files: Vec<String> = a.changed_files.iter().map(|f| relative(&ws, f)).collect();
-    let Some(map) = with_index(ctx, &ws, |i| {
+    let map = match with_index(ctx, &ws, |i| {
         files
             .iter()
             .map(|f| {
@@ -514,8 +524,9 @@ pub async fn assign_git_changes(ctx: &Ctx, a: AssignArgs) -> Reply {
                 (f.clone(), comps)
             })
             .collect::<Vec<_>>()
-    }) else {
-        return Reply::error(format!("assign_git_changes: {NO_INDEX}"));
+    }) {
+        Ok(map) => map,
+        Err(e) => return Reply::error(format!("assign_git_changes: {e}")),
     };
     let mut out = String::from("File → components:\n");
     for (f, comps) in &map {
@@ -601,22 +612,7 @@ pub async fn get_metrics(ctx: &Ctx, _a: NoArgs) -> Reply {
             }
         }
     }
-    match with_index(ctx, &ws, |i| i.stats()) {
-        Some(s) => {
-            let _ = writeln!(
-                out,
-                "Code graph: {} files, {} components, {} call edges, {} import edges{}.",
-                s.files_indexed,
-                s.components,
-                s.calls_edges,
-                s.imports_edges,
-                if s.complete { "" } else { " (partial)" }
-            );
-        }
-        None => {
-            let _ = writeln!(out, "Code graph: none yet (init_workspace builds it).");
-        }
-    }
+    let _ = writeln!(out, "{}", graph_line(ctx, &ws));
     out.push_str(NO_SERVER_ANALYSIS);
     Reply::ok(out)
 }
@@ -642,6 +638,7 @@ pub async fn annotate_component(ctx: &Ctx, a: AnnotateArgs) -> Reply {
             i.component_for_line(&seed.file, line)
                 .map(|c| format!("{} {}", c.kind.as_str(), c.qualified_name))
         })
+        .ok()
         .flatten()
     });
     let lines = match (seed.line_start, seed.line_end) {
@@ -719,6 +716,21 @@ pub async fn annotate_component(ctx: &Ctx, a: AnnotateArgs) -> Reply {
     }
     out.push_str("Notes are built locally; no request was made.");
     Reply::ok(out)
+}
+
+/// The code graph's size in one line, or why there is none.
+pub fn graph_line(ctx: &Ctx, ws: &Path) -> String {
+    match with_index(ctx, ws, |i| i.stats()) {
+        Ok(s) => format!(
+            "Code graph: {} files, {} components, {} call edges, {} import edges{}.",
+            s.files_indexed,
+            s.components,
+            s.calls_edges,
+            s.imports_edges,
+            if s.complete { "" } else { " (partial)" }
+        ),
+        Err(e) => format!("Code graph: {e}"),
+    }
 }
 
 /// The open seeds of this workspace, or the store's error line.
