@@ -114,21 +114,13 @@ impl ServerHandler for Server {
     }
 }
 
-/// Serves MCP on `transport` until the client closes either stream.
+/// Serves MCP on `transport` until the client closes it (the in-process tests' entry).
 pub async fn serve<T, E, A>(ctx: Arc<Ctx>, transport: T) -> Result<(), String>
 where
     T: rmcp::transport::IntoTransport<RoleServer, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let running = Server::new(ctx)
-        .serve(transport)
-        .await
-        .map_err(|e| format!("the MCP session did not start: {e}"))?;
-    running
-        .waiting()
-        .await
-        .map_err(|e| format!("the MCP session ended abnormally: {e}"))?;
-    Ok(())
+    run(ctx, transport, Arc::new(tokio::sync::Notify::new())).await
 }
 
 /// Serves MCP on this process's stdin and stdout (anchor: serve_stdio). rmcp logs a failed
@@ -140,8 +132,21 @@ pub async fn serve_stdio(ctx: Arc<Ctx>) -> Result<(), String> {
         inner: tokio::io::stdout(),
         gone: gone.clone(),
     };
+    run(ctx, (tokio::io::stdin(), stdout), gone).await
+}
+
+/// Runs a session until the transport closes or `gone` is signalled.
+async fn run<T, E, A>(
+    ctx: Arc<Ctx>,
+    transport: T,
+    gone: Arc<tokio::sync::Notify>,
+) -> Result<(), String>
+where
+    T: rmcp::transport::IntoTransport<RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
     let running = Server::new(ctx)
-        .serve((tokio::io::stdin(), stdout))
+        .serve(transport)
         .await
         .map_err(|e| format!("the MCP session did not start: {e}"))?;
     let cancel = running.cancellation_token();
