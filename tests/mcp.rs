@@ -23,8 +23,16 @@ use crate::support::{TestEnv, wait_until};
 
 #[derive(Clone, Default)]
 struct Client {
-    /// `Some`: the client declares roots and answers with these URIs.
-    roots: Option<Vec<String>>,
+    /// `Some`: the client declares roots and answers with these URIs (which a test may change).
+    roots: Option<Arc<std::sync::Mutex<Vec<String>>>>,
+}
+
+impl Client {
+    fn with_roots(roots: Vec<String>) -> Client {
+        Client {
+            roots: Some(Arc::new(std::sync::Mutex::new(roots))),
+        }
+    }
 }
 
 impl ClientHandler for Client {
@@ -41,7 +49,10 @@ impl ClientHandler for Client {
         &self,
         _context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
-        let roots = self.roots.clone().unwrap_or_default();
+        let roots = match &self.roots {
+            Some(r) => r.lock().expect("roots lock").clone(),
+            None => Vec::new(),
+        };
         Ok(ListRootsResult::new(
             roots.into_iter().map(Root::new).collect(),
         ))
@@ -366,13 +377,12 @@ async fn the_workspace_comes_from_roots_and_the_plugin_folder_is_none() {
     // A client that declares roots: its first file: root is the workspace, by real path.
     let link = env.path("link");
     std::os::unix::fs::symlink(&ws, &link).expect("symlink");
-    let roots = Client {
-        roots: Some(vec![
-            "https://example.com/not-a-workspace".into(),
-            format!("file://{}", link.display()),
-        ]),
-    };
-    let s = Session::start(&env, &plugin, roots).await;
+    let client = Client::with_roots(vec![
+        "https://example.com/not-a-workspace".into(),
+        format!("file://{}", link.display()),
+    ]);
+    let roots = client.roots.clone().expect("declared");
+    let s = Session::start(&env, &plugin, client).await;
     let ctx = s.ok("get_analysis_context", json!({})).await;
     let real = std::fs::canonicalize(&ws).expect("real path");
     assert!(
@@ -380,6 +390,33 @@ async fn the_workspace_comes_from_roots_and_the_plugin_folder_is_none() {
             "Workspace: {} (from the client's first root)",
             real.display()
         )),
+        "{ctx}"
+    );
+
+    // roots/list_changed moves the workspace, never the identity.
+    let other = env.path("other");
+    project(&env, &other);
+    *roots.lock().expect("roots lock") = vec![format!("file://{}", other.display())];
+    s.client
+        .notify_roots_list_changed()
+        .await
+        .expect("notify roots changed");
+    let real_other = std::fs::canonicalize(&other).expect("real path");
+    let moved = format!(
+        "Workspace: {} (from the client's first root)",
+        real_other.display()
+    );
+    let mut ctx = String::new();
+    for _ in 0..50 {
+        ctx = s.ok("get_analysis_context", json!({})).await;
+        if ctx.contains(&moved) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ctx.contains(&moved), "{ctx}");
+    assert!(
+        ctx.contains(&format!("Identity derived from: {}", real.display())),
         "{ctx}"
     );
 }

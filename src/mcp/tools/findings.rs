@@ -426,6 +426,12 @@ fn render_problems(
     for r in open.iter().take(shown) {
         let _ = writeln!(out, "{}", recalled_line(r, &tags(view, &r.finding, me)));
     }
+    if view.verdicts_truncated {
+        let _ = writeln!(
+            out,
+            "The verdict read reached its limit: each finding's linked verdicts were read too, but a verdict or claim written before verdicts were linked may be missed."
+        );
+    }
     if !full {
         return;
     }
