@@ -826,6 +826,18 @@ fn a_cancelled_call_gets_no_answer_and_the_server_goes_on() {
     raw.call(3, "get_problems");
     let next = read_line(&mut raw.stdout);
     assert_eq!(next["id"], 3, "{next}");
+    // The parse stopped with the call: the graph holds what was parsed by then (none, when the
+    // cancellation came before the parse began), never the whole tree.
+    raw.call(4, "get_metrics");
+    let metrics = read_line(&mut raw.stdout);
+    assert_eq!(metrics["id"], 4, "{metrics}");
+    let text = metrics["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("import edges (partial).") || text.contains("No code graph"),
+        "{text}"
+    );
     let (rest, _) = raw.finish();
     assert!(
         !rest.contains("\"id\":2"),

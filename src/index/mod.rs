@@ -34,6 +34,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use petgraph::graph::DiGraph;
@@ -296,6 +297,18 @@ impl Index {
     /// so repeated calls always progress), then rebuilds the edges over what is parsed. Other
     /// options than the last run's start over.
     pub fn run(&mut self, opts: &IndexOptions, budget: Duration) -> Result<RunReport, IndexError> {
+        self.run_with(opts, budget, &AtomicBool::new(false), &mut |_, _| {})
+    }
+
+    /// [`Index::run`] that also stops, resumable like an exhausted budget, once `stop` is set
+    /// (a cancelled call), and reports `(parsed, total)` files as it goes.
+    pub fn run_with(
+        &mut self,
+        opts: &IndexOptions,
+        budget: Duration,
+        stop: &AtomicBool,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<RunReport, IndexError> {
         let start = Instant::now();
         let opts = opts.normalized();
         if self.opts.as_ref() != Some(&opts) {
@@ -313,7 +326,10 @@ impl Index {
                 failure = Some(e);
                 break;
             }
-            if start.elapsed() >= budget {
+            if self.next % 100 == 0 {
+                progress(self.next, self.scan.files.len());
+            }
+            if start.elapsed() >= budget || stop.load(Ordering::Relaxed) {
                 break;
             }
         }

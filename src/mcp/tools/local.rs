@@ -2,7 +2,10 @@
 //! Nothing here makes a request or sends file content anywhere.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -14,6 +17,15 @@ use crate::git::cochange::mine_cochanges;
 use crate::index::{Direction, EdgeKind, Index, IndexOptions, tokenize};
 use crate::mcp::ctx::Ctx;
 use crate::store::Seed;
+
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 
 /// How long one `init_workspace` parses before it answers; the next call resumes.
 pub const INDEX_BUDGET: Duration = Duration::from_secs(20);
@@ -193,6 +205,9 @@ pub async fn init_workspace(ctx: &Ctx, a: InitArgs) -> Reply {
     let slot = ctx.index.clone();
     let root = real(&ws);
     let cache = ctx.index_cache_path(&root);
+    // Dropped with this call's future, so a cancelled call stops the parse too.
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let stopped = stop.0.clone();
     let run = tokio::task::spawn_blocking(move || {
         let mut guard = slot.lock().expect("no index user panics");
         // A complete index is reused only while every file it was built from is unchanged;
@@ -205,7 +220,17 @@ pub async fn init_workspace(ctx: &Ctx, a: InitArgs) -> Reply {
             .or_else(|| load_persisted(cache.clone(), &root, &opts));
         let reused = reuse.as_ref().is_some_and(Index::is_complete);
         let index = guard.insert(reuse.unwrap_or_else(|| Index::new(&root)));
-        let report = index.run(&opts, INDEX_BUDGET)?;
+        // Progress goes to a person watching a terminal, never into a log.
+        let terminal = std::io::stderr().is_terminal();
+        let mut progress = |done: usize, total: usize| {
+            if terminal {
+                eprint!("\rindexing: {done}/{total} files");
+            }
+        };
+        let report = index.run_with(&opts, INDEX_BUDGET, &stopped, &mut progress)?;
+        if terminal {
+            eprintln!("\rindexing: {} files parsed", report.files_parsed);
+        }
         let saved = match (&cache, report.complete && !reused) {
             (Some(path), true) => Some(index.save(path).map_err(|e| e.to_string())),
             _ => None,
