@@ -1027,3 +1027,30 @@ mod cochange {
         assert!(cut.predictions[0].confidence >= 0.5);
     }
 }
+
+#[test]
+fn workspace_paths_are_named_from_the_repository_root() {
+    let env = TestEnv::new();
+    let repo_dir = env.path("mono");
+    std::fs::create_dir_all(repo_dir.join("packages/api")).expect("dirs");
+    env.git(&repo_dir, &["init", "-q", "-b", "main"]);
+    let repo = Repo::open(&repo_dir).expect("open");
+    let ws = repo_dir.join("packages/api");
+    let given = [
+        "a.py".to_string(),
+        "./lib/b.py".to_string(),
+        ws.join("c.py").display().to_string(),
+        "/elsewhere/d.py".to_string(),
+    ];
+    assert_eq!(
+        repo.workspace_paths(&ws, &given),
+        [
+            "packages/api/a.py",
+            "packages/api/lib/b.py",
+            "packages/api/c.py",
+            "/elsewhere/d.py"
+        ]
+    );
+    // At the root, workspace paths are the repository's.
+    assert_eq!(repo.workspace_paths(&repo_dir, &given[..1]), ["a.py"]);
+}

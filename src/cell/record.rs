@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::CellError;
 use crate::attachment::vessel_id;
 use crate::env::Env;
-use crate::ledger::finding::{NewFinding, Severity, new_finding_id};
+use crate::ledger::finding::{NewFinding, Severity, lines_field, new_finding_id};
 use crate::ledger::recall;
 use crate::ledger::record::find_open_duplicate;
 use crate::ledger::repo_identity::{Aliases, identity_of_origin, repo_identity, vessel_aliases};
@@ -118,11 +118,7 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
     }
 
     let finding_ids: Vec<String> = opts.files.iter().map(|_| new_finding_id()).collect();
-    let lines = match (opts.line_start, opts.line_end) {
-        (Some(a), Some(b)) => Some(format!("{}:{a}-{b}", opts.files[0])),
-        (Some(a), None) => Some(format!("{}:{a}", opts.files[0])),
-        _ => None,
-    };
+    let lines = lines_field(&opts.files[0], opts.line_start, opts.line_end);
     let nf = NewFinding {
         finding_ids: finding_ids.clone(),
         files: opts.files.clone(),

@@ -425,6 +425,24 @@ impl Repo {
         patch_id::of_changes(&self.repo, &changes)
     }
 
+    /// Paths given relative to `workspace` (or absolute), as this repository names them: the
+    /// workspace may sit below the work tree's root (anchor: workspace_paths).
+    pub fn workspace_paths(&self, workspace: &Path, files: &[String]) -> Vec<String> {
+        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let root = real(&self.workdir().unwrap_or_else(|| workspace.to_path_buf()));
+        let ws = real(workspace);
+        files
+            .iter()
+            .map(|f| {
+                // An absolute `f` replaces `ws` in the join.
+                let abs = ws.join(f.trim_start_matches("./"));
+                abs.strip_prefix(&root)
+                    .map(|p| p.to_string_lossy().replace('\\', "/"))
+                    .unwrap_or_else(|_| f.clone())
+            })
+            .collect()
+    }
+
     /// The gix repository, for reads this wrapper does not name yet.
     pub fn inner(&self) -> &gix::Repository {
         &self.repo

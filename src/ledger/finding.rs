@@ -191,6 +191,15 @@ pub fn created_ms(c: &Value) -> i64 {
 }
 
 /// What a new finding says; `to_pointer` composes the concept write.
+/// A finding's `lines:` header: `file:start-end`, `file:start`, or none without a start.
+pub fn lines_field(file: &str, start: Option<u32>, end: Option<u32>) -> Option<String> {
+    match (start, end) {
+        (Some(a), Some(b)) => Some(format!("{file}:{a}-{b}")),
+        (Some(a), None) => Some(format!("{file}:{a}")),
+        _ => None,
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct NewFinding {
     pub finding_ids: Vec<String>,

@@ -15,7 +15,7 @@ use crate::attachment::Attachment;
 use crate::cell::fix_location::{FixRefused, Located, locate_fix};
 use crate::git::Repo;
 use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, Held};
-use crate::ledger::finding::{Finding, NewFinding, Severity, new_finding_id};
+use crate::ledger::finding::{Finding, NewFinding, Severity, lines_field, new_finding_id};
 use crate::ledger::recall::{self, LedgerView, Recalled, fetch_concept};
 use crate::ledger::record::{find_open_duplicate, same_summary};
 use crate::ledger::repo_identity::{Aliases, repo_identity};
@@ -690,10 +690,7 @@ pub async fn record_finding(ctx: &Ctx, a: RecordArgs) -> Reply {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let lines = a.line_start.map(|start| match a.line_end {
-        Some(end) => format!("{}:{start}-{end}", files[0]),
-        None => format!("{}:{start}", files[0]),
-    });
+    let lines = lines_field(&files[0], a.line_start, a.line_end);
     let shared = match s.att.gate().await {
         Err(cause) => Err(cause),
         Ok(_) => {
@@ -892,7 +889,7 @@ pub async fn mark_complete(ctx: &Ctx, a: MarkArgs) -> Reply {
             }
         };
         let files = match &repo {
-            Some(r) => to_repo_paths(r, &ws, &named.files),
+            Some(r) => r.workspace_paths(&ws, &named.files),
             None => named.files.clone(),
         };
         match locate_fix(repo.as_ref(), &finding, &files, a.fix_commit.as_deref()) {
@@ -1020,21 +1017,6 @@ pub async fn mark_complete(ctx: &Ctx, a: MarkArgs) -> Reply {
         out.push_str("Nothing local was retired.");
     }
     Reply::ok(out.trim_end().to_string()).with_result(result)
-}
-
-fn to_repo_paths(repo: &Repo, ws: &Path, files: &[String]) -> Vec<String> {
-    let root = repo.workdir().unwrap_or_else(|| ws.to_path_buf());
-    let root = std::fs::canonicalize(&root).unwrap_or(root);
-    let ws = std::fs::canonicalize(ws).unwrap_or_else(|_| ws.to_path_buf());
-    files
-        .iter()
-        .map(|f| {
-            ws.join(f)
-                .strip_prefix(&root)
-                .map(|p| p.to_string_lossy().replace('\\', "/"))
-                .unwrap_or_else(|_| f.clone())
-        })
-        .collect()
 }
 
 pub async fn claim_finding(ctx: &Ctx, a: ClaimArgs) -> Reply {

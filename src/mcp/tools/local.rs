@@ -384,29 +384,6 @@ pub async fn search_codebase(ctx: &Ctx, a: SearchArgs) -> Reply {
     Reply::ok(out.trim_end().to_string())
 }
 
-/// Maps workspace paths to the repository's (the workspace may sit below its root).
-fn repo_paths(repo: &Repo, ws: &Path, files: &[String]) -> (Vec<String>, PathBuf) {
-    let root = repo.workdir().unwrap_or_else(|| ws.to_path_buf());
-    let root = std::fs::canonicalize(&root).unwrap_or(root);
-    let ws_real = std::fs::canonicalize(ws).unwrap_or_else(|_| ws.to_path_buf());
-    let prefix = ws_real.strip_prefix(&root).unwrap_or(Path::new(""));
-    let mapped = files
-        .iter()
-        .map(|f| {
-            let p = Path::new(f);
-            let abs = if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                ws_real.join(relative(ws, f))
-            };
-            abs.strip_prefix(&root)
-                .map(|r| r.to_string_lossy().replace('\\', "/"))
-                .unwrap_or_else(|_| prefix.join(f).to_string_lossy().to_string())
-        })
-        .collect();
-    (mapped, prefix.to_path_buf())
-}
-
 /// Git co-change for workspace files; the error line says why there is none.
 fn cochanges(
     ws: &Path,
@@ -417,7 +394,7 @@ fn cochanges(
     let repo = Repo::discover(ws)
         .map_err(|e| format!("git did not answer ({e})"))?
         .ok_or_else(|| "not a git repository, so there is no history to mine".to_string())?;
-    let (mapped, _) = repo_paths(&repo, ws, files);
+    let mapped = repo.workspace_paths(ws, files);
     mine_cochanges(&repo, &mapped, limit, threshold).map_err(|e| format!("git: {e}"))
 }
 
