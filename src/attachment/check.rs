@@ -1,5 +1,5 @@
 //! `attach --check` and `doctor`: the attachment run once, as the server runs it, then one
-//! read that discovery answers itself (SPEC.md §attach --check).
+//! read that discovery answers itself (SPEC.md §attach --check and doctor).
 
 use std::fmt::Write as _;
 

@@ -1,8 +1,19 @@
 //! The workspace listing: which files the index covers, by name, extension and size alone.
+//!
+//! The walk leaves out what the workspace's ignore files leave out, so the graph covers the code
+//! a person works on, not build output or vendored trees that happen to match an extension.
+//! Inside a git checkout the files are read as ripgrep reads them: `.gitignore` from the
+//! checkout's root down, `.git/info/exclude`, and `.ignore` in the workspace and above it (so a
+//! package of a monorepo keeps its root's rules). Outside a checkout only the workspace's own
+//! `.gitignore` and `.ignore` files count: an exported tree keeps its rules, and a stray
+//! `~/.gitignore` cannot empty the index. The user's global git excludes never count, so the
+//! same tree lists the same files on every machine. Hidden entries and the options' excluded
+//! directory names are skipped on top.
 
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
+use ignore::WalkBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::{IndexOptions, Lang, MAX_FILE_BYTES, MAX_FILES, ext_of};
@@ -32,55 +43,58 @@ pub struct Scan {
 }
 
 /// Lists the files an index with `opts` covers. Symlinks are not followed (no cycles, nothing
-/// outside the root); an unreadable subdirectory is passed over.
+/// outside the root); an unreadable subdirectory is passed over. The listing is a function of
+/// the tree alone, so a persisted index re-lists with this and compares: an edit the rules hide
+/// changes nothing, an edit to the rules that shows or hides a file changes the listing.
 pub fn scan(root: &Path, opts: &IndexOptions) -> std::io::Result<Scan> {
     let opts = opts.normalized();
-    let mut out = Scan::default();
-    walk(root, "", &opts, &mut out, true)?;
-    Ok(out)
-}
+    // The walker reports an unreadable root as one more skipped entry; the caller needs to know.
+    std::fs::read_dir(root)?;
+    let in_checkout = std::path::absolute(root)?
+        .ancestors()
+        .any(|dir| dir.join(".git").exists() || dir.join(".jj").exists());
+    let exclude = opts.exclude.clone();
+    let walk = WalkBuilder::new(root)
+        .standard_filters(true)
+        .git_global(false)
+        .require_git(in_checkout)
+        .parents(in_checkout)
+        .follow_links(false)
+        // Sorted, so the files kept under the cap are the same on every run.
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(move |e| {
+            let is_dir = e.file_type().is_some_and(|t| t.is_dir());
+            !(is_dir && exclude.iter().any(|x| e.file_name() == x.as_str()))
+        })
+        .build();
 
-fn walk(
-    dir: &Path,
-    rel: &str,
-    opts: &IndexOptions,
-    out: &mut Scan,
-    top: bool,
-) -> std::io::Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if top => return Err(e),
-        Err(_) => return Ok(()),
-    };
-    let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
-    // Sorted, so the files kept under the cap are the same on every run.
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let Ok(ft) = entry.file_type() else { continue };
-        let os_name = entry.file_name();
-        let name = os_name.to_string_lossy();
-        let path = format!("{rel}{name}");
-        if ft.is_dir() {
-            if !name.starts_with('.') && !opts.exclude.iter().any(|x| *x == name) {
-                walk(&entry.path(), &format!("{path}/"), opts, out, false)?;
-            }
+    let mut out = Scan::default();
+    for entry in walk {
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
+        let name = entry.file_name().to_string_lossy();
         let ext = ext_of(&name);
-        if !ft.is_file() || Lang::from_ext(ext).is_none() || !opts.include.iter().any(|x| x == ext)
-        {
+        if Lang::from_ext(ext).is_none() || !opts.include.iter().any(|x| x == ext) {
             continue;
         }
         let Ok(meta) = entry.metadata() else { continue };
-        if os_name.to_str().is_none() {
+        let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+        let parts: Option<Vec<&str>> = rel.iter().map(|c| c.to_str()).collect();
+        let Some(path) = parts.map(|p| p.join("/")) else {
+            let path = rel.iter().map(|c| c.to_string_lossy()).collect::<Vec<_>>();
             out.unreadable.push(Skipped {
-                path,
+                path: path.join("/"),
                 reason: "name is not utf-8".into(),
             });
-        } else if meta.len() > MAX_FILE_BYTES {
+            continue;
+        };
+        if meta.len() > MAX_FILE_BYTES {
             out.too_large.push(path);
         } else if out.files.len() == MAX_FILES {
             out.cap_hit = true;
+            break;
         } else {
             let mtime_ns = meta
                 .modified()
@@ -93,9 +107,6 @@ fn walk(
                 mtime_ns,
             });
         }
-        if out.cap_hit {
-            break;
-        }
     }
-    Ok(())
+    Ok(out)
 }

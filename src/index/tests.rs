@@ -550,6 +550,7 @@ fn zero_budget_runs_resume_to_the_same_index() {
 }
 
 #[test]
+#[allow(unsafe_code)] // the one way to hand tree-sitter a grammar it must refuse
 fn an_unloadable_grammar_is_unavailable() {
     // The server keeps the index behind a mutex used from blocking threads.
     fn is_send<T: Send>() {}
@@ -726,4 +727,85 @@ fn corrupt_cache_discards_without_panicking() {
             "{i}: {err:?}"
         );
     }
+}
+
+fn listed(root: &Path) -> Vec<String> {
+    let listing = scan(root, &IndexOptions::default()).expect("scan");
+    listing.files.into_iter().map(|f| f.path).collect()
+}
+
+#[test]
+fn scan_follows_the_workspace_ignore_rules() {
+    let outer = tempfile::tempdir().expect("tempdir");
+    let root = &outer.path().join("ws");
+    // Above the workspace, and no checkout: a stray rule here must not empty the index.
+    write(outer.path(), ".gitignore", b"*.py\n");
+    write(root, ".gitignore", b"generated/\n*.gen.py\n");
+    write(root, ".ignore", b"scratch/\n");
+    write(root, "lib/.gitignore", b"!keep.gen.py\n");
+    for rel in [
+        "src/a.py",
+        "src/b.gen.py",
+        "generated/g.py",
+        "scratch/s.py",
+        "lib/keep.gen.py",
+        ".hidden.py",
+        ".tools/t.py",
+        "node_modules/m.js",
+    ] {
+        write(root, rel, b"x = 1\n");
+    }
+    // Outside a checkout the workspace's own .gitignore files still count.
+    assert_eq!(listed(root), ["lib/keep.gen.py", "src/a.py"]);
+
+    // Inside one, git's rules: the checkout's excludes too, still nothing from above it.
+    write(root, ".git/info/exclude", b"lib/\n");
+    assert_eq!(listed(root), ["src/a.py"]);
+
+    // A package inside a checkout takes the rules of the checkout's root.
+    let pkg = &root.join("pkg");
+    write(root, ".gitignore", b"out/\n");
+    write(pkg, "out/bundle.js", b"x\n");
+    write(pkg, "index.js", b"x\n");
+    assert_eq!(listed(pkg), ["index.js"]);
+}
+
+#[test]
+fn the_cache_holds_through_ignored_edits_and_not_through_rule_edits() {
+    let ws = workspace();
+    let (cache, opts) = (ws.path().join(".cache/index.json"), IndexOptions::default());
+    let load = || {
+        Index::load(&cache, ws.path(), &opts)
+            .err()
+            .map(|e| e.to_string())
+    };
+    write(ws.path(), ".gitignore", b"gen/\n");
+    write(ws.path(), "gen/out.py", b"x = 1\n");
+    let index = indexed(ws.path());
+    assert!(!index.by_path.contains_key("gen/out.py"));
+    index.save(&cache).expect("save");
+    assert_eq!(load(), None);
+
+    // What the rules hide can change freely, and so can the rules, as long as the listing holds.
+    write(ws.path(), "gen/out.py", b"x = 2\ny = 3\n");
+    write(ws.path(), "gen/more.py", b"");
+    write(ws.path(), ".gitignore", b"# build output\ngen/\n");
+    assert_eq!(load(), None);
+
+    write(
+        ws.path(),
+        "py/pkg/models.py",
+        b"class User:\n    name = 1\n",
+    );
+    assert_eq!(load().as_deref(), Some("file_changed(py/pkg/models.py)"));
+
+    // Un-ignoring a directory lists its files: the stored listing no longer matches.
+    indexed(ws.path()).save(&cache).expect("save");
+    write(ws.path(), ".gitignore", b"");
+    assert_eq!(load().as_deref(), Some("new_file(gen/more.py)"));
+
+    // Ignoring an indexed directory takes its files away: as good as deleted.
+    indexed(ws.path()).save(&cache).expect("save");
+    write(ws.path(), ".gitignore", b"js/\n");
+    assert_eq!(load().as_deref(), Some("file_changed(js/lib/greet.js)"));
 }

@@ -1,4 +1,4 @@
-//! The MCP server (SPEC.md §serve): the stdio surface, the workspace it works on, the tool
+//! The MCP server (SPEC.md §The MCP server): its stdio surface, the workspace it works on, the tool
 //! registry and the call log. Tools adapt; the ledger, index, git and store modules decide.
 
 pub mod calllog;

@@ -1,5 +1,5 @@
 //! Tool input schemas: generated from each tool's argument type, and the one check every call's
-//! arguments pass against them before the tool runs (SPEC.md §Tools).
+//! arguments pass against them before the tool runs (SPEC.md §The MCP server).
 
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;

@@ -1,4 +1,4 @@
-//! The MCP surface over stdio (SPEC.md §serve): rmcp carries the protocol; every tool call goes
+//! The MCP surface over stdio (SPEC.md §The MCP server): rmcp carries the protocol; each call goes
 //! to the one registry path. stdout is JSON-RPC only; logs go to stderr.
 
 use std::sync::Arc;
