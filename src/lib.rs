@@ -5,6 +5,7 @@
 
 pub mod attachment;
 pub mod cell;
+#[allow(clippy::print_stdout)] // the command surface is what prints results
 pub mod commands;
 pub mod config;
 pub mod env;

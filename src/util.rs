@@ -101,3 +101,19 @@ pub fn random_u16() -> u16 {
     getrandom::fill(&mut b).expect("the OS random source is available on every supported platform");
     u16::from_le_bytes(b)
 }
+
+/// Reads a UTF-8 text file of at most `max` bytes; a larger one is refused whole, never cut.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(text)
+}

@@ -64,6 +64,22 @@ struct Inner {
     long_running: AtomicBool,
 }
 
+/// Why the gate refused a substrate call (anchor: GateRefusal): the typed cause, for callers
+/// that decide on it, and the line tools echo, which says how old a cause is once it is old.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateRefusal {
+    pub cause: Cause,
+    line: String,
+}
+
+impl std::fmt::Display for GateRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
+impl std::error::Error for GateRefusal {}
+
 impl Attachment {
     pub fn new(config: Config, net: NetClient, claim: ClientClaim, guard: Guard) -> Self {
         Attachment {
@@ -165,9 +181,9 @@ impl Attachment {
         self.attempt().await
     }
 
-    /// The gate every substrate call passes: the state when attached, else the cause line.
+    /// The gate every substrate call passes: the state when attached, else the refusal.
     /// After a transient failure, a call attempts again at once, at most every 10 s.
-    pub async fn gate(&self) -> Result<AttachmentState, String> {
+    pub async fn gate(&self) -> Result<AttachmentState, GateRefusal> {
         let mut state = self.current().await;
         if let Some(cause) = &state.cause {
             let since = now_ms() - self.inner.last_attempt_ms.load(Ordering::SeqCst);
@@ -175,9 +191,12 @@ impl Attachment {
                 state = self.attempt().await;
             }
         }
-        match &state.cause {
+        match state.cause {
             None => Ok(state),
-            Some(c) => Err(self.refusal_line(c)),
+            Some(cause) => Err(GateRefusal {
+                line: self.refusal_line(&cause),
+                cause,
+            }),
         }
     }
 

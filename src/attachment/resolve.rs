@@ -67,9 +67,9 @@ pub struct Resolved {
 /// A resolve that produced no producer answer, each with its one line.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    /// The attachment is not authenticated; the line is its cause.
-    #[error("{0}")]
-    Refused(String),
+    /// The attachment is not authenticated.
+    #[error(transparent)]
+    Refused(#[from] super::GateRefusal),
     #[error("key_read_only: this key has scopes [{scopes}]; the {shape} write was not sent")]
     KeyReadOnly { scopes: String, shape: String },
     #[error(

@@ -6,17 +6,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use serde::Serialize;
-use serde_json::{Value, json};
 
 use super::CellError;
 use super::fix_location::{History, check_fix_commit};
+use super::task_file::TaskFile;
 use crate::attachment::{Attachment, vessel_id};
 use crate::env::Env;
 use crate::git::{GitError, Repo};
 use crate::ledger::finding::Finding;
 use crate::ledger::recall::{self, LedgerView};
 use crate::ledger::repo_identity::Aliases;
-use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind};
+use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind, VerdictOrigin};
 use crate::trailers::{FIXES_FINDING, fixes_finding_ids, trailer_line_values};
 
 /// Verdict writes in flight at once.
@@ -106,7 +106,7 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     let repo = Repo::discover(&work)?
         .ok_or_else(|| CellError::Failed(format!("{} is not a git checkout", work.display())))?;
     let workdir = repo.workdir().unwrap_or(work.clone());
-    let task = read_task(opts.task.as_ref())?;
+    let task = opts.task.as_deref().map(TaskFile::read).transpose()?;
 
     let commits = match &opts.commits {
         Commits::Range(r) => repo.rev_list(r)?,
@@ -136,12 +136,7 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     let target = opts
         .target
         .clone()
-        .or_else(|| {
-            task.as_ref()
-                .and_then(|t| t.pointer("/policy/target"))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
+        .or_else(|| task.as_ref().map(|t| t.policy.target.clone()))
         .unwrap_or_else(|| "main".into());
     // A stale view of the origin could misjudge what is merged: fetch first, write nothing if
     // that fails.
@@ -166,22 +161,14 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     let att = super::attach_once(&mut env, &workdir).await?;
     let me = task
         .as_ref()
-        .and_then(|t| t.get("vessel_id"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+        .map(|t| t.vessel_id.clone())
         .or_else(|| vessel_id(&env, &workdir));
     let session = task
-        .as_ref()
-        .and_then(|t| t.get("session"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+        .map(|t| t.session)
         .unwrap_or_else(|| att.claim().session.clone());
 
     let aliases = Aliases::for_workspace(&workdir);
-    let view = recall::recall(&att, |f| {
-        aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
-    })
-    .await?;
+    let view = recall::recall(&att, &aliases).await?;
     let mut history = TargetHistory::new(&repo, &target_ref, &tip)?;
 
     // Judge every finding first (git, in order), then send the writes together: they are
@@ -203,7 +190,6 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
                 Plan::Write {
                     kind,
                     lines,
-                    credit,
                     outcome,
                 } => {
                     let (att, finding) = (att.clone(), r.finding.clone());
@@ -211,8 +197,7 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
                     let permits = permits.clone();
                     writes.spawn(async move {
                         let _permit = permits.acquire_owned().await;
-                        let id =
-                            write_verdict(&att, &finding, kind, lines, me, session, credit).await;
+                        let id = write_verdict(&att, &finding, kind, lines, me, session).await;
                         (index, id)
                     });
                     outcome
@@ -238,15 +223,6 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     Ok(report)
 }
 
-fn read_task(path: Option<&PathBuf>) -> Result<Option<Value>, CellError> {
-    let Some(p) = path else { return Ok(None) };
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| CellError::Failed(format!("{} cannot be read: {e}", p.display())))?;
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| CellError::Failed(format!("{} is not valid JSON: {e}", p.display())))
-}
-
 struct Ctx<'a> {
     view: &'a LedgerView,
     target: &'a str,
@@ -258,8 +234,6 @@ enum Plan {
     Write {
         kind: VerdictKind,
         lines: Vec<(&'static str, String)>,
-        /// Credit the finding's concept, as an endorse does.
-        credit: bool,
         outcome: Outcome,
     },
 }
@@ -301,7 +275,6 @@ fn plan(
                         Plan::Write {
                             kind: VerdictKind::Fixed,
                             lines,
-                            credit: true,
                             outcome: Outcome::Closed {
                                 commit,
                                 via,
@@ -348,7 +321,6 @@ fn plan(
                 Plan::Write {
                     kind: VerdictKind::Pending(Pending::AwaitingMerge),
                     lines,
-                    credit: false,
                     outcome: Outcome::Pending {
                         commit,
                         branches,
@@ -360,7 +332,7 @@ fn plan(
     )
 }
 
-/// Writes one verdict, links it to its finding, and for a fix credits the finding's concept.
+/// Writes one verdict through the ledger's one verdict writer.
 async fn write_verdict(
     att: &Attachment,
     finding: &Finding,
@@ -368,31 +340,16 @@ async fn write_verdict(
     lines: Vec<(&'static str, String)>,
     reviewed_by: Option<String>,
     session: String,
-    credit: bool,
 ) -> Result<String, CellError> {
     let nv = NewVerdict {
         finding,
         kind,
         reviewed_by,
         session,
-        origin: "remote",
+        origin: VerdictOrigin::Remote,
         lines,
     };
-    let id = crate::ledger::write_concept(att, nv.to_pointer()).await?;
-    if let Err(e) = att
-        .resolve(verdict::link_pointer(&id, &finding.concept_id))
-        .await
-    {
-        tracing::debug!("linking verdict {id} failed: {e}");
-    }
-    if credit {
-        let usage = json!({"type": "conceptUsage_write", "usageData": {
-            "concept_id": finding.concept_id, "trace_id": format!("finding-close:{id}"), "outcome": "success"}});
-        if let Err(e) = att.resolve(usage).await {
-            tracing::warn!("recording the fix's relevance failed: {e}");
-        }
-    }
-    Ok(id)
+    Ok(verdict::write(att, &nv, "finding-close").await?)
 }
 
 /// What the target's history says about one finding's fix.

@@ -6,6 +6,7 @@ pub mod policy;
 pub mod record;
 pub mod refname;
 pub mod task_claim;
+pub mod task_file;
 pub mod task_pull;
 
 /// A failure of a cell command, each with its exit code: 2 for the attachment, 1 otherwise.

@@ -1,14 +1,14 @@
-//! The integration policy and the trust list (SPEC.md §Integration policy): where a task's fix
+//! The integration policy and trust list (SPEC.md §Integration policy and trust list): where a fix
 //! goes, decided in one place for `task pull`, `finding close` and the entrypoint.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::env::Env;
 use crate::ledger::header::{Header, find_line};
 
 pub const CONVENTION_SHAPE: &str = "project_convention";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PushTo {
     /// The default branch, `main`.
@@ -17,21 +17,21 @@ pub enum PushTo {
     Task,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Integrate {
     Push,
     Review,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Conflicts {
     Rebase,
 }
 
 /// Where a value came from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
 pub enum Source {
     Details,
@@ -39,7 +39,7 @@ pub enum Source {
     Default,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sourced<T> {
     pub value: T,
     pub source: Source,
@@ -47,7 +47,7 @@ pub struct Sourced<T> {
 
 /// Whose conventions count. Authors are declared, not verified: a convention among cells, not a
 /// security boundary.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrustList {
     pub authors: Vec<String>,
     /// No list was given, so only the task's own recorder is trusted.

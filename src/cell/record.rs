@@ -1,5 +1,5 @@
 //! `finding record`: record a finding or a task from a shell or a coordinator script
-//! (SPEC.md §finding record).
+//! (SPEC.md §Recording).
 
 use std::path::PathBuf;
 
@@ -8,20 +8,12 @@ use serde::Serialize;
 use super::CellError;
 use crate::attachment::vessel_id;
 use crate::env::Env;
-use crate::ledger::finding::{NewFinding, Severity, lines_field, new_finding_id};
-use crate::ledger::recall;
-use crate::ledger::record::find_open_duplicate;
+use crate::ledger::record::{Duplicate, FindingDraft, open_duplicate};
 use crate::ledger::repo_identity::{Aliases, identity_of_origin, repo_identity, vessel_aliases};
 
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
-    pub files: Vec<String>,
-    pub summary: String,
-    pub details: String,
-    pub severity: Severity,
-    pub category: String,
-    pub line_start: Option<u32>,
-    pub line_end: Option<u32>,
+    pub draft: FindingDraft,
     pub force: bool,
     /// Record for this origin's repository instead of the working directory's checkout.
     pub origin: Option<String>,
@@ -37,21 +29,15 @@ pub enum RecordOutcome {
         repository: String,
     },
     /// Nothing was written: the same finding is already open.
-    AlreadyRecorded {
-        id: String,
-        concept_id: String,
-        summary: String,
-        files: Vec<String>,
-    },
+    AlreadyRecorded(Duplicate),
 }
 
-/// Records one finding (anchor: run_record): one `agf_` id per file, one concept for all.
+/// Records one finding (anchor: run_record) through the ledger's one recording path.
 pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, CellError> {
-    if opts.files.is_empty() || opts.summary.trim().is_empty() || opts.category.trim().is_empty() {
-        return Err(CellError::Failed(
-            "a finding needs at least one file, a summary and a category".into(),
-        ));
-    }
+    let draft = opts
+        .draft
+        .checked()
+        .map_err(|e| CellError::Failed(e.to_string()))?;
     let work = if opts.work_dir.is_absolute() {
         opts.work_dir.clone()
     } else {
@@ -60,7 +46,7 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
     let att = super::attach_once(&mut env, &work).await?;
     // Every string this command sends passes the guard first; prose may come back rewritten.
     let input = serde_json::json!({
-        "files": opts.files, "summary": opts.summary, "details": opts.details, "category": opts.category,
+        "files": draft.files, "summary": draft.summary, "details": draft.details, "category": draft.category,
     });
     let guarded = att.guard().check_input("finding record", &input)?;
     for note in &guarded.notes {
@@ -74,70 +60,44 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
             .unwrap_or_default()
             .to_string()
     };
-    let (summary, details) = (text("summary"), text("details"));
-    let (repository, by_origin) = match &opts.origin {
-        Some(o) => (identity_of_origin(o), true),
-        None => (repo_identity(&work), false),
+    let draft = FindingDraft {
+        summary: text("summary").trim().to_string(),
+        details: text("details"),
+        ..draft
     };
-    let name = repository
-        .rsplit('/')
-        .next()
-        .unwrap_or(&repository)
-        .to_string();
-
+    let (repository, aliases) = match &opts.origin {
+        Some(o) => {
+            let id = identity_of_origin(o);
+            let aliases = vessel_aliases(&id);
+            (id, aliases)
+        }
+        None => (repo_identity(&work), Aliases::for_workspace(&work)),
+    };
     if !opts.force {
         // An unreachable recall does not block the write.
-        let recalled = if by_origin {
-            let aliases = vessel_aliases(&repository);
-            recall::recall(&att, |f| {
-                aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
-            })
-            .await
-        } else {
-            let aliases = Aliases::for_workspace(&work);
-            recall::recall(&att, |f| {
-                aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
-            })
-            .await
-        };
-        match recalled {
-            Ok(view) => {
-                if let Some(d) = find_open_duplicate(&view, &opts.files, &summary) {
-                    return Ok(RecordOutcome::AlreadyRecorded {
-                        id: d.finding.id().to_string(),
-                        concept_id: d.finding.concept_id.clone(),
-                        summary: d.finding.summary.clone(),
-                        files: d.files.clone(),
-                    });
-                }
-            }
+        match open_duplicate(&att, &aliases, &draft.files, &draft.summary).await {
+            Ok(Some(d)) => return Ok(RecordOutcome::AlreadyRecorded(d)),
+            Ok(None) => {}
             Err(e) => tracing::warn!(
                 "the duplicate check could not read the ledger ({e}); recording anyway"
             ),
         }
     }
-
-    let finding_ids: Vec<String> = opts.files.iter().map(|_| new_finding_id()).collect();
-    let lines = lines_field(&opts.files[0], opts.line_start, opts.line_end);
-    let nf = NewFinding {
-        finding_ids: finding_ids.clone(),
-        files: opts.files.clone(),
-        summary: summary.trim().to_string(),
-        details,
-        severity: opts.severity,
-        category: opts.category.trim().to_string(),
-        repo: repository.clone(),
-        repo_name: name.clone(),
-        workspace: name,
-        lines,
-        status: "open".into(),
-        recorded_by: vessel_id(&env, &work),
-        session: att.claim().session.clone(),
-    };
+    let name = repository
+        .rsplit('/')
+        .next()
+        .unwrap_or(&repository)
+        .to_string();
+    let nf = draft.into_new(
+        repository.clone(),
+        name,
+        vessel_id(&env, &work),
+        att.claim().session.clone(),
+    );
     let concept_id = crate::ledger::write_concept(&att, nf.to_pointer()).await?;
     Ok(RecordOutcome::Recorded {
         concept_id,
-        finding_ids,
+        finding_ids: nf.finding_ids,
         repository,
     })
 }

@@ -5,14 +5,15 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::CellError;
 use super::policy::{self, CONVENTION_SHAPE, Convention, Policy, TrustList};
 use super::refname::validate_ref;
+use super::task_file::{TaskClaim, TaskFile, TaskPolicy};
 use crate::attachment::{Attachment, ResolveError, vessel_id};
 use crate::env::Env;
-use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, Held};
+use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
 use crate::ledger::finding::Finding;
 use crate::ledger::header::{Header, find_line};
 use crate::ledger::recall::{self, LedgerView, Recalled};
@@ -34,14 +35,44 @@ pub struct PullOptions {
     pub progress: bool,
 }
 
+/// What happened to one candidate: a claim's outcome, or withdrawn after the claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CandidateOutcome {
+    Claim(ClaimWord),
+    /// Claimed, then given back because the task cannot be set up (a refused ref).
+    Withdrawn,
+}
+
+impl CandidateOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateOutcome::Claim(w) => w.as_str(),
+            CandidateOutcome::Withdrawn => "withdrawn",
+        }
+    }
+
+    /// Whether the task may come free later: someone else holds it, or our claim never settled.
+    fn may_come_free(self) -> bool {
+        matches!(
+            self,
+            CandidateOutcome::Claim(ClaimWord::Held | ClaimWord::Lost | ClaimWord::Unsettled)
+        )
+    }
+}
+
+impl Serialize for CandidateOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// What happened to one candidate.
 #[derive(Clone, Debug, Serialize)]
 pub struct Candidate {
     pub task_id: String,
     pub concept_id: String,
     pub summary: String,
-    /// claimed, renewed, held, lost, unsettled, closed, refused, withdrawn
-    pub outcome: String,
+    pub outcome: CandidateOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
@@ -58,13 +89,54 @@ pub enum PullStatus {
 #[derive(Clone, Debug, Serialize)]
 pub struct PullReport {
     pub status: PullStatus,
-    pub task: Option<Value>,
+    pub task: Option<TaskFile>,
     /// When a cell that found every task held should look again: the earliest claim end.
     pub retry_after: Option<String>,
     pub retry_after_seconds: Option<i64>,
     pub candidates: Vec<Candidate>,
     /// The ledger's window was full: older tasks may exist past it and were not considered.
     pub recall_truncated: bool,
+}
+
+/// The open tasks of a recall, sorted before any claim is tried (anchor: classify_tasks).
+#[derive(Debug, Default)]
+struct Classified<'a> {
+    /// Tasks this cell already holds: renewed first, so a restarted cell resumes its own work.
+    mine: Vec<&'a Recalled>,
+    /// Tasks nobody holds, most severe first, then oldest.
+    free: Vec<&'a Recalled>,
+    /// Tasks another cell holds, with the claim that holds them.
+    held: Vec<(&'a Recalled, Held)>,
+}
+
+impl<'a> Classified<'a> {
+    fn open(&self) -> usize {
+        self.mine.len() + self.free.len() + self.held.len()
+    }
+
+    /// The candidates to claim, in order.
+    fn to_claim(&self) -> impl Iterator<Item = &'a Recalled> + '_ {
+        self.mine.iter().chain(&self.free).copied()
+    }
+}
+
+/// Open tasks: category task, recorded open, no verdict that closes it or holds a fix; then
+/// who holds each at `now`. Pure: nothing is sent.
+fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> {
+    let mut c = Classified::default();
+    for r in view.findings.iter().filter(|r| {
+        r.finding.is_task()
+            && r.finding.status.is_open()
+            && matches!(view.standing(&r.finding), Standing::Open)
+    }) {
+        match view.holder(&r.finding, now) {
+            Some(h) if h.holder == me => c.mine.push(r),
+            Some(h) => c.held.push((r, h)),
+            None => c.free.push(r),
+        }
+    }
+    c.free.sort_by_key(|r| (r.finding.severity, r.finding.seq));
+    c
 }
 
 /// Runs the pull (anchor: run_task_pull).
@@ -79,163 +151,165 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
             "no vessel identity: set VESSEL_ID or an API key".into(),
         ));
     };
-    let session = att.claim().session.clone();
-
     let repository = identity_of_origin(&opts.origin);
-    let aliases = vessel_aliases(&repository);
-    let view = recall::recall(&att, |f| {
-        aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
-    })
-    .await?;
-    let now = now_ms();
-
-    // Open tasks: category task, recorded open, no verdict that closes it or holds a fix.
-    let mut mine = Vec::new();
-    let mut free = Vec::new();
-    let mut report = PullReport {
-        status: PullStatus::NothingOpen,
-        task: None,
-        retry_after: None,
-        retry_after_seconds: None,
-        candidates: Vec::new(),
-        recall_truncated: view.findings_truncated,
+    let view = recall::recall(&att, &vessel_aliases(&repository)).await?;
+    let tasks = classify(&view, &me, now_ms());
+    let mut pull = Pull {
+        opts: &opts,
+        env: &env,
+        att: &att,
+        me: &me,
+        session: att.claim().session.clone(),
+        repository: &repository,
+        view: &view,
+        report: PullReport {
+            status: PullStatus::NothingOpen,
+            task: None,
+            retry_after: None,
+            retry_after_seconds: None,
+            candidates: Vec::new(),
+            recall_truncated: view.findings_truncated,
+        },
+        retry_at: None,
     };
-    let mut retry_at: Option<i64> = None;
-    let mut open = 0usize;
-    for r in view
-        .findings
-        .iter()
-        .filter(|r| r.finding.is_task() && r.finding.status == "open")
-    {
-        if !matches!(view.standing(&r.finding), Standing::Open) {
-            continue;
-        }
-        open += 1;
-        match view.holder(&r.finding, now) {
-            Some(h) if h.holder == me => mine.push(r),
-            Some(h) => {
-                earliest(&mut retry_at, claims::lapses_at(&h));
-                report
-                    .candidates
-                    .push(candidate(&r.finding, "held", Some(held_line(&h))));
-            }
-            None => free.push(r),
+    for (r, h) in &tasks.held {
+        pull.note(
+            &r.finding,
+            CandidateOutcome::Claim(ClaimWord::Held),
+            Some(h),
+        );
+    }
+    let conventions = read_conventions(&att, &repository).await?;
+    for r in tasks.to_claim() {
+        if pull.take(r, &conventions).await? {
+            pull.report.status = PullStatus::Pulled;
+            return Ok(pull.report);
         }
     }
-    free.sort_by_key(|r| (r.finding.severity, r.finding.seq));
-    let conventions = read_conventions(&att, &repository).await?;
+    Ok(pull.settle(tasks.open()))
+}
 
-    for r in mine.into_iter().chain(free) {
+/// One pull in progress: what every step reads, and the report it fills.
+struct Pull<'a> {
+    opts: &'a PullOptions,
+    env: &'a Env,
+    att: &'a Attachment,
+    me: &'a str,
+    session: String,
+    repository: &'a str,
+    view: &'a LedgerView,
+    report: PullReport,
+    retry_at: Option<i64>,
+}
+
+impl Pull<'_> {
+    /// Lists a candidate; a task someone holds is worth looking at again when their claim ends.
+    fn note(&mut self, f: &Finding, outcome: CandidateOutcome, held: Option<&Held>) {
+        if outcome.may_come_free() {
+            let at = held.map_or(now_ms() + UNSETTLED_RETRY_MS, claims::lapses_at);
+            self.retry_at = Some(self.retry_at.map_or(at, |t| t.min(at)));
+        }
+        self.report.candidates.push(Candidate {
+            task_id: f.id().to_string(),
+            concept_id: f.concept_id.clone(),
+            summary: f.summary.clone(),
+            outcome,
+            detail: held.map(held_line),
+        });
+    }
+
+    /// Claims one task and sets it up; `true` once the task directory is written. A task that
+    /// cannot be set up after the claim has its claim withdrawn.
+    async fn take(&mut self, r: &Recalled, conventions: &[Convention]) -> Result<bool, CellError> {
         let f = &r.finding;
         let outcome = claims::claim_finding(
-            &att,
+            self.att,
             f,
-            &me,
-            &session,
-            opts.minutes,
+            self.me,
+            &self.session,
+            self.opts.minutes,
             ClaimAction::Claim,
             None,
         )
         .await?;
-        let held = match &outcome {
-            ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => held.clone(),
-            ClaimOutcome::Held { by } | ClaimOutcome::Lost { winner: by } => {
-                earliest(&mut retry_at, claims::lapses_at(by));
-                report
-                    .candidates
-                    .push(candidate(f, outcome.word(), Some(held_line(by))));
-                continue;
-            }
-            ClaimOutcome::Unsettled => {
-                earliest(&mut retry_at, now_ms() + UNSETTLED_RETRY_MS);
-                report.candidates.push(candidate(f, "unsettled", None));
-                continue;
+        let word = CandidateOutcome::Claim(outcome.word());
+        let held = match outcome {
+            ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => held,
+            ClaimOutcome::Held { by: h } | ClaimOutcome::Lost { winner: h } => {
+                self.note(f, word, Some(&h));
+                return Ok(false);
             }
             // A claim can only be refused for the key itself (read-only): no task can be taken.
-            ClaimOutcome::Refused { reason } => return Err(CellError::Failed(reason.clone())),
-            ClaimOutcome::Closed | ClaimOutcome::Released => {
-                report.candidates.push(candidate(f, outcome.word(), None));
-                continue;
+            ClaimOutcome::Refused { reason } => return Err(CellError::Failed(reason)),
+            ClaimOutcome::Unsettled | ClaimOutcome::Closed | ClaimOutcome::Released => {
+                self.note(f, word, None);
+                return Ok(false);
             }
         };
-        report
-            .candidates
-            .push(candidate(f, outcome.word(), Some(held_line(&held))));
+        self.note(f, word, Some(&held));
 
         // Past the claim: every failure withdraws it, so one bad task never blocks the fleet
         // for the claim's length.
-        let trust = TrustList::new(opts.trust.as_deref(), &env, f.recorded_by.as_deref());
-        let policy = policy::decide(&f.details, &conventions, &trust);
+        let trust = TrustList::new(
+            self.opts.trust.as_deref(),
+            self.env,
+            f.recorded_by.as_deref(),
+        );
+        let policy = policy::decide(&f.details, conventions, &trust);
         let reference = find_line(&f.details, "ref").map(str::to_owned);
         if let Some(reference) = &reference
             && let Err(refused) = validate_ref(reference)
         {
             let why = format!("ref {reference:?} refused: {refused}");
-            withdraw(&att, f, &me, &session, &why).await;
-            let last = report.candidates.last_mut().expect("pushed above");
-            last.outcome = "withdrawn".into();
-            last.detail = Some(why);
-            continue;
+            withdraw(self.att, f, self.me, &self.session, &why).await;
+            if let Some(last) = self.report.candidates.last_mut() {
+                last.outcome = CandidateOutcome::Withdrawn;
+                last.detail = Some(why);
+            }
+            return Ok(false);
         }
-        let setup = set_up(
-            &opts,
-            &repository,
-            r,
-            &view,
-            &policy,
-            &trust,
-            &held,
-            &me,
-            &session,
-            reference.as_deref(),
-        )
-        .await;
-        match setup {
+        let setup = Setup {
+            repository: self.repository,
+            policy: &policy,
+            trust,
+            held: &held,
+            me: self.me,
+            session: &self.session,
+            reference,
+        };
+        match setup.run(self.opts, r, self.view).await {
             Ok(task) => {
-                report.status = PullStatus::Pulled;
-                report.task = Some(task);
-                return Ok(report);
+                self.report.task = Some(task);
+                Ok(true)
             }
             Err(why) => {
-                withdraw(&att, f, &me, &session, &why).await;
-                clear(&opts.work_dir);
-                clear(&opts.task_dir);
-                return Err(CellError::Failed(format!(
+                withdraw(self.att, f, self.me, &self.session, &why).await;
+                clear(&self.opts.work_dir);
+                clear(&self.opts.task_dir);
+                Err(CellError::Failed(format!(
                     "{why}; the claim on {} was withdrawn",
                     f.id()
-                )));
+                )))
             }
         }
     }
 
-    // Tasks others hold, or whose claim did not settle, can still come free; a withdrawn task
-    // (its ref is refused) or one closed meanwhile cannot.
-    if open > 0
-        && report
-            .candidates
-            .iter()
-            .any(|c| matches!(c.outcome.as_str(), "held" | "lost" | "unsettled"))
-    {
-        let at = retry_at.unwrap_or(now_ms() + UNSETTLED_RETRY_MS);
-        report.status = PullStatus::TryLater;
-        report.retry_after = Some(rfc3339_ms(at));
-        report.retry_after_seconds = Some(((at - now_ms()).max(0) + 999) / 1000);
-    }
-    Ok(report)
-}
-
-/// Keeps the earliest moment worth looking again.
-fn earliest(slot: &mut Option<i64>, at: i64) {
-    *slot = Some(slot.map_or(at, |t| t.min(at)));
-}
-
-fn candidate(f: &Finding, outcome: &str, detail: Option<String>) -> Candidate {
-    Candidate {
-        task_id: f.id().to_string(),
-        concept_id: f.concept_id.clone(),
-        summary: f.summary.clone(),
-        outcome: outcome.to_string(),
-        detail,
+    /// No task was pulled: tasks others hold, or whose claim did not settle, can still come
+    /// free; a withdrawn task (its ref is refused) or one closed meanwhile cannot.
+    fn settle(mut self, open: usize) -> PullReport {
+        if open > 0
+            && self
+                .report
+                .candidates
+                .iter()
+                .any(|c| c.outcome.may_come_free())
+        {
+            let at = self.retry_at.unwrap_or(now_ms() + UNSETTLED_RETRY_MS);
+            self.report.status = PullStatus::TryLater;
+            self.report.retry_after = Some(rfc3339_ms(at));
+            self.report.retry_after_seconds = Some(((at - now_ms()).max(0) + 999) / 1000);
+        }
+        self.report
     }
 }
 
@@ -316,79 +390,81 @@ async fn read_conventions(
         .collect())
 }
 
-/// Clones the work directory and writes task.json and context.md; the error line says which
-/// step failed.
-#[allow(clippy::too_many_arguments)]
-async fn set_up(
-    opts: &PullOptions,
-    repository: &str,
-    r: &Recalled,
-    view: &LedgerView,
-    policy: &Policy,
-    trust: &TrustList,
-    held: &Held,
-    me: &str,
-    session: &str,
-    reference: Option<&str>,
-) -> Result<Value, String> {
-    let (origin, work, progress) = (opts.origin.clone(), opts.work_dir.clone(), opts.progress);
-    let branch = reference.map(str::to_owned);
-    let base = tokio::task::spawn_blocking(move || {
-        crate::git::clone_at(&origin, &work, branch.as_deref(), progress).map(|(_, sha)| sha)
-    })
-    .await
-    .map_err(|e| format!("the clone stopped: {e}"))?
-    .map_err(|e| format!("cloning {} failed: {e}", opts.origin))?;
+/// What setting up a claimed task needs besides the pull's options.
+struct Setup<'a> {
+    repository: &'a str,
+    policy: &'a Policy,
+    trust: TrustList,
+    held: &'a Held,
+    me: &'a str,
+    session: &'a str,
+    reference: Option<String>,
+}
 
-    let f = &r.finding;
-    let task = json!({
-        "task_id": f.id(),
-        "concept_id": f.concept_id,
-        "finding_ids": f.finding_ids,
-        "summary": f.summary,
-        "severity": f.severity,
-        "category": f.category,
-        "files": r.files,
-        "details": f.details,
-        "origin": opts.origin,
-        "repository": repository,
-        "ref": reference,
-        "policy": {
-            "push_to": policy.push_to,
-            "integrate": policy.integrate,
-            "conflicts": policy.conflicts,
-            "push_branch": policy.push_branch(f.id()),
-            "target": policy.target(f.id()),
-            "refused": policy.refused,
-        },
-        "claim": { "holder": held.holder, "until": rfc3339_ms(held.until_ms), "minutes": opts.minutes },
-        "recorder": f.recorded_by,
-        "pulled_at": rfc3339_ms(now_ms()),
-        "vessel_id": me,
-        "session": session,
-        "trust": trust,
-        "base": base,
-    });
-    let text = serde_json::to_string_pretty(&task).map_err(|e| format!("task.json: {e}"))?;
-    write_atomic(
-        &opts.task_dir.join("task.json"),
-        format!("{text}\n").as_bytes(),
-        None,
-    )
-    .map_err(|e| format!("writing {}: {e}", opts.task_dir.join("task.json").display()))?;
-    let context = context_md(r, view, policy, &task);
-    write_atomic(&opts.task_dir.join("context.md"), context.as_bytes(), None).map_err(|e| {
-        format!(
-            "writing {}: {e}",
-            opts.task_dir.join("context.md").display()
-        )
-    })?;
-    Ok(task)
+impl Setup<'_> {
+    /// Clones the work directory and writes task.json and context.md; the error line says
+    /// which step failed.
+    async fn run(
+        self,
+        opts: &PullOptions,
+        r: &Recalled,
+        view: &LedgerView,
+    ) -> Result<TaskFile, String> {
+        let (origin, work, progress) = (opts.origin.clone(), opts.work_dir.clone(), opts.progress);
+        let branch = self.reference.clone();
+        let base = tokio::task::spawn_blocking(move || {
+            crate::git::clone_at(&origin, &work, branch.as_deref(), progress).map(|(_, sha)| sha)
+        })
+        .await
+        .map_err(|e| format!("the clone stopped: {e}"))?
+        .map_err(|e| format!("cloning {} failed: {e}", opts.origin))?;
+
+        let f = &r.finding;
+        let policy = self.policy;
+        let task = TaskFile {
+            base,
+            category: f.category.clone(),
+            claim: TaskClaim {
+                holder: self.held.holder.clone(),
+                minutes: opts.minutes,
+                until: rfc3339_ms(self.held.until_ms),
+            },
+            concept_id: f.concept_id.clone(),
+            details: f.details.clone(),
+            files: r.files.clone(),
+            finding_ids: f.finding_ids.clone(),
+            origin: opts.origin.clone(),
+            policy: TaskPolicy {
+                conflicts: policy.conflicts.clone(),
+                integrate: policy.integrate.clone(),
+                push_branch: policy.push_branch(f.id()),
+                push_to: policy.push_to.clone(),
+                refused: policy.refused.clone(),
+                target: policy.target(f.id()),
+            },
+            pulled_at: rfc3339_ms(now_ms()),
+            recorder: f.recorded_by.clone(),
+            reference: self.reference,
+            repository: self.repository.to_string(),
+            session: self.session.to_string(),
+            severity: f.severity,
+            summary: f.summary.clone(),
+            task_id: f.id().to_string(),
+            trust: self.trust,
+            vessel_id: self.me.to_string(),
+        };
+        task.write(&opts.task_dir.join("task.json"))?;
+        let context = context_md(r, view, policy, &task);
+        let path = opts.task_dir.join("context.md");
+        write_atomic(&path, context.as_bytes(), None)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(task)
+    }
 }
 
 /// The harness's briefing: details, policy, open non-task findings on the task's files, and the
 /// task as recorded.
-fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &Value) -> String {
+fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &TaskFile) -> String {
     use std::fmt::Write as _;
     let f = &r.finding;
     let mut s = String::new();
@@ -413,12 +489,12 @@ fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &Value) ->
         s,
         "- push to `{}` ({:?})\n- integrate: {:?} ({:?})\n- conflicts: {:?}\n- the fix closes once merged into `{}`; \
          commit it with a `Fixes-Finding: {}` trailer\n",
-        task["policy"]["push_branch"].as_str().unwrap_or_default(),
+        task.policy.push_branch,
         policy.push_to.source,
         policy.integrate.value,
         policy.integrate.source,
         policy.conflicts.value,
-        task["policy"]["target"].as_str().unwrap_or_default(),
+        task.policy.target,
         f.id()
     );
     let related: Vec<&Recalled> = view
@@ -445,4 +521,131 @@ fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &Value) ->
         serde_json::to_string_pretty(task).unwrap_or_default()
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::finding::{FindingStatus, Severity};
+    use crate::ledger::verdict::{Pending, Verdict, VerdictKind};
+
+    fn task(id: &str, seq: i64, severity: Severity, category: &str) -> Recalled {
+        let finding = Finding {
+            concept_id: format!("concept_{id}"),
+            seq,
+            created_ms: seq,
+            summary: format!("task {id}"),
+            severity,
+            category: category.into(),
+            repo: None,
+            repo_name: None,
+            workspace: None,
+            files: vec!["a.py".into()],
+            lines: None,
+            status: FindingStatus::Open,
+            finding_ids: vec![id.into()],
+            recorded_by: None,
+            session: None,
+            details: String::new(),
+        };
+        Recalled {
+            files: finding.files.clone(),
+            finding,
+        }
+    }
+
+    fn verdict(id: &str, seq: i64, kind: VerdictKind, by: &str) -> Verdict {
+        Verdict {
+            concept_id: format!("concept_v{seq}"),
+            seq,
+            created_ms: seq * 1000,
+            kind,
+            finding_ids: vec![id.into()],
+            reviewed_by: Some(by.into()),
+            session: None,
+            fix_commit: None,
+            fix_branch: None,
+            fix_target: None,
+            claim_minutes: Some(60),
+            claim_until: None,
+        }
+    }
+
+    fn ids(rs: &[&Recalled]) -> Vec<String> {
+        rs.iter().map(|r| r.finding.id().to_string()).collect()
+    }
+
+    #[test]
+    fn open_tasks_are_sorted_mine_first_then_free_by_severity_and_age_and_held_apart() {
+        let mut stale = task("agf_stale", 1, Severity::Critical, "task");
+        stale.finding.status = FindingStatus::Other("stale".into());
+        let view = LedgerView {
+            findings: vec![
+                task("agf_low_old", 2, Severity::Low, "task"),
+                task("agf_high_new", 9, Severity::High, "task"),
+                task("agf_high_old", 3, Severity::High, "task"),
+                task("agf_mine", 10, Severity::Low, "task"),
+                task("agf_theirs", 4, Severity::Critical, "task"),
+                task("agf_fixed", 5, Severity::Critical, "task"),
+                task("agf_pending", 6, Severity::Critical, "task"),
+                task("agf_finding", 7, Severity::Critical, "correctness"),
+                stale,
+            ],
+            verdicts: vec![
+                verdict("agf_mine", 20, VerdictKind::Claimed, "me"),
+                verdict("agf_theirs", 21, VerdictKind::Claimed, "other"),
+                verdict("agf_fixed", 22, VerdictKind::Fixed, "other"),
+                verdict(
+                    "agf_pending",
+                    23,
+                    VerdictKind::Pending(Pending::AwaitingMerge),
+                    "other",
+                ),
+            ],
+            findings_truncated: false,
+            verdicts_truncated: false,
+        };
+        let c = classify(&view, "me", 30_000);
+        assert_eq!(ids(&c.mine), ["agf_mine"]);
+        assert_eq!(
+            ids(&c.free),
+            ["agf_high_old", "agf_high_new", "agf_low_old"]
+        );
+        let held: Vec<(&str, &str)> = c
+            .held
+            .iter()
+            .map(|(r, h)| (r.finding.id(), h.holder.as_str()))
+            .collect();
+        assert_eq!(held, [("agf_theirs", "other")]);
+        assert_eq!(c.open(), 5);
+        let order: Vec<&str> = c.to_claim().map(|r| r.finding.id()).collect();
+        assert_eq!(
+            order,
+            ["agf_mine", "agf_high_old", "agf_high_new", "agf_low_old"]
+        );
+
+        // Once their claim lapses (skew allowance included), the task is free again.
+        let lapse = claims::lapses_at(&c.held[0].1);
+        assert!(!classify(&view, "me", lapse - 1).held.is_empty());
+        let later = classify(&view, "me", lapse);
+        assert!(later.held.is_empty());
+        assert_eq!(later.free[0].finding.id(), "agf_theirs");
+    }
+
+    #[test]
+    fn only_held_lost_and_unsettled_candidates_may_come_free() {
+        use ClaimWord::*;
+        for w in [
+            Claimed, Renewed, Released, Held, Lost, Unsettled, Closed, Refused,
+        ] {
+            let o = CandidateOutcome::Claim(w);
+            assert_eq!(o.may_come_free(), matches!(w, Held | Lost | Unsettled));
+            assert_eq!(serde_json::to_value(o).expect("json"), w.as_str());
+        }
+        assert!(!CandidateOutcome::Withdrawn.may_come_free());
+        assert_eq!(
+            serde_json::to_value(CandidateOutcome::Withdrawn).expect("json"),
+            "withdrawn"
+        );
+    }
 }

@@ -7,7 +7,8 @@ use crate::cell::finding_close::{self, CloseOptions, Commits, Outcome};
 use crate::cell::record::{self, RecordOptions, RecordOutcome};
 use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
-use crate::ledger::finding::Severity;
+use crate::ledger::finding::{FindingStatus, Severity};
+use crate::ledger::record::FindingDraft;
 
 /// Findings on the shared ledger: close them by commit, or record one.
 #[derive(Debug, Args)]
@@ -92,11 +93,11 @@ pub async fn run(args: FindingArgs, env: Env) -> CliResult {
 
 async fn close(a: CloseArgs, env: Env) -> CliResult {
     let commits = match (a.commits_from, a.commits) {
-        (Some(f), _) => Commits::File(f),
+        (Some(f), None) => Commits::File(f),
         (None, Some(r)) => Commits::Range(r),
-        (None, None) => {
+        _ => {
             return Err(CliError::failure(
-                "finding close: give --commits-from FILE or --commits RANGE",
+                "finding close: give one of --commits-from FILE or --commits RANGE",
             ));
         }
     };
@@ -149,7 +150,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
 }
 
 async fn record(a: RecordArgs, env: Env) -> CliResult {
-    let opts = RecordOptions {
+    let draft = FindingDraft {
         files: a.files,
         summary: a.summary,
         details: a.details,
@@ -157,6 +158,10 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
         category: a.category,
         line_start: a.line_start,
         line_end: a.line_end,
+        status: FindingStatus::Open,
+    };
+    let opts = RecordOptions {
+        draft,
         force: a.force,
         origin: a.origin,
         work_dir: a.work_dir,
@@ -173,11 +178,11 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
                 finding_ids,
                 ..
             } => println!("{} {concept_id}", finding_ids.join(" ")),
-            RecordOutcome::AlreadyRecorded {
-                id, summary, files, ..
-            } => println!(
-                "Already recorded (open): {id} — add details there, or pass --force. {summary} ({})",
-                files.join(", ")
+            RecordOutcome::AlreadyRecorded(d) => println!(
+                "Already recorded (open): {} — add details there, or pass --force. {} ({})",
+                d.id,
+                d.summary,
+                d.files.join(", ")
             ),
         }
     }

@@ -93,7 +93,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
         for c in &report.candidates {
             println!(
                 "{:<9} {} {}{}",
-                c.outcome,
+                c.outcome.as_str(),
                 c.task_id,
                 c.summary,
                 c.detail
@@ -105,11 +105,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
         match report.status {
             PullStatus::Pulled => println!(
                 "pulled    {}",
-                report
-                    .task
-                    .as_ref()
-                    .and_then(|t| t["task_id"].as_str())
-                    .unwrap_or_default()
+                report.task.as_ref().map_or("", |t| t.task_id.as_str())
             ),
             PullStatus::NothingOpen => println!("no open task"),
             PullStatus::TryLater => println!(

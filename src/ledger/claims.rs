@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::verdict::{Verdict, VerdictKind};
+use super::verdict::{Verdict, VerdictKind, VerdictOrigin};
 
 /// A claim counts as live until this long past its end, so a reader whose clock runs fast never
 /// frees a claim early (anchor: CLAIM_SKEW_MS).
@@ -190,18 +190,53 @@ pub enum ClaimOutcome {
     },
 }
 
+/// A claim outcome without its details: what logs, replies and candidate lists name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimWord {
+    Claimed,
+    Renewed,
+    Released,
+    Held,
+    Lost,
+    Unsettled,
+    Closed,
+    Refused,
+}
+
+impl ClaimWord {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimWord::Claimed => "claimed",
+            ClaimWord::Renewed => "renewed",
+            ClaimWord::Released => "released",
+            ClaimWord::Held => "held",
+            ClaimWord::Lost => "lost",
+            ClaimWord::Unsettled => "unsettled",
+            ClaimWord::Closed => "closed",
+            ClaimWord::Refused => "refused",
+        }
+    }
+}
+
+impl std::fmt::Display for ClaimWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 impl ClaimOutcome {
     /// The word the call log and replies use.
-    pub fn word(&self) -> &'static str {
+    pub fn word(&self) -> ClaimWord {
         match self {
-            ClaimOutcome::Claimed { .. } => "claimed",
-            ClaimOutcome::Renewed { .. } => "renewed",
-            ClaimOutcome::Released => "released",
-            ClaimOutcome::Held { .. } => "held",
-            ClaimOutcome::Lost { .. } => "lost",
-            ClaimOutcome::Unsettled => "unsettled",
-            ClaimOutcome::Closed => "closed",
-            ClaimOutcome::Refused { .. } => "refused",
+            ClaimOutcome::Claimed { .. } => ClaimWord::Claimed,
+            ClaimOutcome::Renewed { .. } => ClaimWord::Renewed,
+            ClaimOutcome::Released => ClaimWord::Released,
+            ClaimOutcome::Held { .. } => ClaimWord::Held,
+            ClaimOutcome::Lost { .. } => ClaimWord::Lost,
+            ClaimOutcome::Unsettled => ClaimWord::Unsettled,
+            ClaimOutcome::Closed => ClaimWord::Closed,
+            ClaimOutcome::Refused { .. } => ClaimWord::Refused,
         }
     }
 }
@@ -274,7 +309,7 @@ pub async fn claim_finding(
         kind,
         reviewed_by: Some(me.to_string()),
         session: session.to_string(),
-        origin: "remote",
+        origin: VerdictOrigin::Remote,
         lines,
     };
     let written = match write_once_more_on_give_up(att, verdict.to_pointer()).await {
@@ -312,7 +347,7 @@ pub async fn claim_finding(
                     kind: VerdictKind::Withdrawn,
                     reviewed_by: Some(me.to_string()),
                     session: session.to_string(),
-                    origin: "remote",
+                    origin: VerdictOrigin::Remote,
                     lines: vec![("reason", format!("lost the claim to {}", winner.holder))],
                 };
                 if let Err(e) = att.resolve(withdraw.to_pointer()).await {

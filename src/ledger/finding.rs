@@ -92,6 +92,46 @@ pub fn parse_summary_line(s: &str) -> Option<(Severity, String, String)> {
     Some((sev.parse().ok()?, cat.to_string(), text.to_string()))
 }
 
+/// A finding's recorded status (anchor: FindingStatus). Only `open` is work to do; any other
+/// word a writer used is kept as written, since rows come from any key of the org.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FindingStatus {
+    Open,
+    Other(String),
+}
+
+impl FindingStatus {
+    pub fn parse(s: &str) -> FindingStatus {
+        match s.trim() {
+            "open" => FindingStatus::Open,
+            other => FindingStatus::Other(other.to_string()),
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        *self == FindingStatus::Open
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            FindingStatus::Open => "open",
+            FindingStatus::Other(s) => s,
+        }
+    }
+}
+
+impl std::fmt::Display for FindingStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FindingStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// A finding as recalled from the ledger; every field is read from the header block, except the
 /// summary text and details.
 #[derive(Clone, Debug, Serialize)]
@@ -108,7 +148,7 @@ pub struct Finding {
     pub workspace: Option<String>,
     pub files: Vec<String>,
     pub lines: Option<String>,
-    pub status: String,
+    pub status: FindingStatus,
     pub finding_ids: Vec<String>,
     pub recorded_by: Option<String>,
     pub session: Option<String>,
@@ -149,7 +189,7 @@ impl Finding {
             workspace: h.get("workspace").map(str::to_owned),
             files: h.list("files"),
             lines: h.get("lines").map(str::to_owned),
-            status: h.get("status").unwrap_or("open").to_string(),
+            status: FindingStatus::parse(h.get("status").unwrap_or("open")),
             finding_ids,
             recorded_by: h.get("recorded_by").map(str::to_owned),
             session: h.get("session").map(str::to_owned),
@@ -212,7 +252,7 @@ pub struct NewFinding {
     pub repo_name: String,
     pub workspace: String,
     pub lines: Option<String>,
-    pub status: String,
+    pub status: FindingStatus,
     pub recorded_by: Option<String>,
     pub session: String,
 }
@@ -234,7 +274,7 @@ impl NewFinding {
             ("lines", self.lines.clone().unwrap_or_default()),
             ("severity", self.severity.to_string()),
             ("category", self.category.clone()),
-            ("status", self.status.clone()),
+            ("status", self.status.to_string()),
             ("finding_ids", self.finding_ids.join(", ")),
         ]);
         let content = header::compose(&fields, &self.details);
@@ -267,7 +307,7 @@ mod tests {
             repo_name: "repo".into(),
             workspace: "repo".into(),
             lines: None,
-            status: "open".into(),
+            status: FindingStatus::Open,
             recorded_by: Some("metabob-mcp-abc".into()),
             session: "s".into(),
         };

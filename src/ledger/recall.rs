@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::claims::{self, Held};
 use super::finding::{FINDING_SHAPE, Finding};
+use super::repo_identity::Aliases;
 use super::verdict::{Standing, VERDICT_SHAPE, Verdict, standing};
 use crate::attachment::{Attachment, ResolveError};
 
@@ -108,13 +109,9 @@ impl LedgerView {
     }
 }
 
-/// Recalls this repository's findings and their verdicts (anchor: recall). `belongs` decides
-/// whether a finding is this repository's and maps its files; it carries the repository
-/// identity and alias rules.
-pub async fn recall(
-    att: &Attachment,
-    belongs: impl Fn(&Finding) -> Option<Vec<String>>,
-) -> Result<LedgerView, ResolveError> {
+/// Recalls this repository's findings and their verdicts (anchor: recall). `aliases` decides
+/// whether a finding is this repository's and maps its files as this checkout names them.
+pub async fn recall(att: &Attachment, aliases: &Aliases) -> Result<LedgerView, ResolveError> {
     let findings = read_window(att, FINDING_SHAPE).await?;
     let verdicts = read_window(att, VERDICT_SHAPE).await?;
     let mut view = LedgerView {
@@ -122,7 +119,11 @@ pub async fn recall(
             .rows
             .iter()
             .filter_map(Finding::from_concept)
-            .filter_map(|finding| belongs(&finding).map(|files| Recalled { finding, files }))
+            .filter_map(|finding| {
+                aliases
+                    .map_finding(finding.repo.as_deref().unwrap_or_default(), &finding.files)
+                    .map(|files| Recalled { finding, files })
+            })
             .collect(),
         verdicts: verdicts
             .rows

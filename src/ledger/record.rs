@@ -1,9 +1,97 @@
-//! Recording a finding or a task, with the duplicate check (SPEC.md §finding record).
+//! Recording a finding or a task, with the duplicate check (SPEC.md §Recording).
 
 use std::collections::BTreeSet;
 
-use super::recall::{LedgerView, Recalled};
+use serde::Serialize;
+
+use super::finding::{FindingStatus, NewFinding, Severity, lines_field, new_finding_id};
+use super::recall::{self, LedgerView, Recalled};
+use super::repo_identity::Aliases;
 use super::verdict::Standing;
+use crate::attachment::{Attachment, ResolveError};
+
+/// A finding as a caller asks to record it, before the ledger's rules apply (anchor:
+/// FindingDraft). `finding record` and `record_finding` both build one.
+#[derive(Clone, Debug)]
+pub struct FindingDraft {
+    pub files: Vec<String>,
+    pub summary: String,
+    pub details: String,
+    pub severity: Severity,
+    pub category: String,
+    pub line_start: Option<u32>,
+    pub line_end: Option<u32>,
+    pub status: FindingStatus,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("a finding needs at least one file, a summary and a category")]
+pub struct Incomplete;
+
+impl FindingDraft {
+    /// The draft trimmed, or refused when it names no file, no summary or no category.
+    pub fn checked(mut self) -> Result<FindingDraft, Incomplete> {
+        self.summary = self.summary.trim().to_string();
+        self.category = self.category.trim().to_string();
+        if self.files.is_empty() || self.summary.is_empty() || self.category.is_empty() {
+            return Err(Incomplete);
+        }
+        Ok(self)
+    }
+
+    /// The write (anchor: draft_into_new): one `agf_` id per file, one concept for all.
+    pub fn into_new(
+        self,
+        repo: String,
+        repo_name: String,
+        recorded_by: Option<String>,
+        session: String,
+    ) -> NewFinding {
+        NewFinding {
+            finding_ids: self.files.iter().map(|_| new_finding_id()).collect(),
+            lines: lines_field(&self.files[0], self.line_start, self.line_end),
+            files: self.files,
+            summary: self.summary,
+            details: self.details,
+            severity: self.severity,
+            category: self.category,
+            repo,
+            workspace: repo_name.clone(),
+            repo_name,
+            status: self.status,
+            recorded_by,
+            session,
+        }
+    }
+}
+
+/// An open finding the ledger already holds on the same files under the same summary.
+#[derive(Clone, Debug, Serialize)]
+pub struct Duplicate {
+    pub id: String,
+    pub concept_id: String,
+    pub summary: String,
+    pub files: Vec<String>,
+}
+
+/// The ledger's open duplicate of a finding about to be recorded, read from a fresh recall of
+/// the repository `aliases` describe.
+pub async fn open_duplicate(
+    att: &Attachment,
+    aliases: &Aliases,
+    files: &[String],
+    summary: &str,
+) -> Result<Option<Duplicate>, ResolveError> {
+    let view = recall::recall(att, aliases).await?;
+    Ok(
+        find_open_duplicate(&view, files, summary).map(|d| Duplicate {
+            id: d.finding.id().to_string(),
+            concept_id: d.finding.concept_id.clone(),
+            summary: d.finding.summary.clone(),
+            files: d.files.clone(),
+        }),
+    )
+}
 
 /// Lowercased, every run of characters other than letters and digits one space.
 pub fn normalize_summary(s: &str) -> String {
@@ -48,7 +136,7 @@ pub fn find_open_duplicate<'a>(
     summary: &str,
 ) -> Option<&'a Recalled> {
     view.findings.iter().find(|r| {
-        r.finding.status == "open"
+        r.finding.status.is_open()
             && matches!(view.standing(&r.finding), Standing::Open)
             && r.files.iter().any(|f| files.contains(f))
             && same_summary(&r.finding.summary, summary)

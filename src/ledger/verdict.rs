@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::finding::{FINDING_SOURCE_TYPE, Finding, concept_id, created_ms};
 use super::header::{self, Header};
+use crate::attachment::{Attachment, ResolveError};
 
 pub const VERDICT_SHAPE: &str = "finding_verdict";
 
@@ -77,6 +78,38 @@ impl VerdictKind {
 
     pub fn is_claim_row(self) -> bool {
         matches!(self, VerdictKind::Claimed | VerdictKind::Withdrawn)
+    }
+
+    /// Whether the verdict ends the finding (a pending fix or a claim does not).
+    pub fn closes(self) -> bool {
+        matches!(self, VerdictKind::Fixed | VerdictKind::Discarded)
+    }
+
+    /// The usage outcome a closing verdict credits the finding's concept with: a fix says the
+    /// finding was worth recording, a retraction that it was not.
+    fn credit(self) -> Option<&'static str> {
+        match self {
+            VerdictKind::Fixed => Some("success"),
+            VerdictKind::Discarded => Some("failure"),
+            _ => None,
+        }
+    }
+}
+
+/// Which side judged the verdict: a local seed of this machine, or a recalled concept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictOrigin {
+    Local,
+    Remote,
+}
+
+impl VerdictOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictOrigin::Local => "local",
+            VerdictOrigin::Remote => "remote",
+        }
     }
 }
 
@@ -173,8 +206,7 @@ pub struct NewVerdict<'a> {
     pub kind: VerdictKind,
     pub reviewed_by: Option<String>,
     pub session: String,
-    /// `local` when written against a local seed, `remote` from a recalled concept.
-    pub origin: &'static str,
+    pub origin: VerdictOrigin,
     /// Extra lines: fix location, claim length, a withdrawal's reason.
     pub lines: Vec<(&'static str, String)>,
 }
@@ -194,7 +226,7 @@ impl NewVerdict<'_> {
             ("repo", f.repo.clone().unwrap_or_default()),
             ("repo_name", f.repo_name.clone().unwrap_or_default()),
             ("files", f.files.join(", ")),
-            ("origin", self.origin.to_string()),
+            ("origin", self.origin.as_str().to_string()),
         ]);
         fields.extend(self.lines.iter().map(|(k, v)| (*k, v.clone())));
         json!({
@@ -207,6 +239,30 @@ impl NewVerdict<'_> {
             }
         })
     }
+}
+
+/// Writes one verdict (anchor: write_verdict): the concept, its link to the finding, and for a
+/// closing verdict the usage credit on the finding's concept. Only the concept write decides
+/// the result; a failed link or credit is logged, since the verdict already stands. `trace`
+/// names the surface in the credit's trace id.
+pub async fn write(
+    att: &Attachment,
+    nv: &NewVerdict<'_>,
+    trace: &str,
+) -> Result<String, ResolveError> {
+    let id = super::write_concept(att, nv.to_pointer()).await?;
+    let finding = &nv.finding.concept_id;
+    if let Err(e) = att.resolve(link_pointer(&id, finding)).await {
+        tracing::debug!("linking verdict {id} failed: {e}");
+    }
+    if let Some(outcome) = nv.kind.credit() {
+        let usage = json!({"type": "conceptUsage_write", "usageData": {
+            "concept_id": finding, "trace_id": format!("{trace}:{id}"), "outcome": outcome}});
+        if let Err(e) = att.resolve(usage).await {
+            tracing::warn!("recording the verdict's relevance failed: {e}");
+        }
+    }
+    Ok(id)
 }
 
 /// `conceptLink_write` tying a verdict to its finding, so a reader whose window the verdict fell

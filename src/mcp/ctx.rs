@@ -21,6 +21,19 @@ pub struct Session {
     pub from: PathBuf,
 }
 
+/// What a tool call runs with once the workspace is decided (anchor: Here): the decision and
+/// the session derived from it, handed to every handler by the call path.
+pub struct Here<'a> {
+    pub decided: Decided,
+    pub session: &'a Session,
+}
+
+impl Here<'_> {
+    pub fn ws(&self) -> &Path {
+        &self.decided.path
+    }
+}
+
 pub struct Ctx {
     pub env: Env,
     pub workspace: Workspace,
@@ -54,11 +67,11 @@ impl Ctx {
         }
     }
 
-    /// The decided workspace, deriving the identity on the first decision.
-    pub fn decide(&self) -> Result<Decided, WorkspaceError> {
-        let d = self.workspace.decide()?;
-        self.session_for(&d.path);
-        Ok(d)
+    /// The decided workspace and its session, deriving the identity on the first decision.
+    pub fn here(&self) -> Result<Here<'_>, WorkspaceError> {
+        let decided = self.workspace.decide()?;
+        let session = self.session_for(&decided.path);
+        Ok(Here { decided, session })
     }
 
     fn session_for(&self, workspace: &Path) -> &Session {

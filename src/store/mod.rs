@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::env::Env;
-use crate::ledger::finding::Severity;
+use crate::ledger::finding::{FindingStatus, Severity};
 use crate::util::now_ms;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +33,7 @@ pub struct Seed {
     pub line_start: Option<u32>,
     pub line_end: Option<u32>,
     /// `open`, or `stale` once resolved.
-    pub status: String,
+    pub status: FindingStatus,
     /// The seeds of one finding share a group; the ledger concept once it is minted.
     pub group_id: String,
     pub concept_ref: Option<String>,
@@ -42,7 +42,7 @@ pub struct Seed {
 
 impl Seed {
     pub fn is_open(&self) -> bool {
-        self.status == "open"
+        self.status.is_open()
     }
 }
 
@@ -57,7 +57,8 @@ pub struct NewSeeds<'a> {
     pub severity: Severity,
     pub category: &'a str,
     pub lines: (Option<u32>, Option<u32>),
-    pub status: &'a str,
+    /// Stored open, else already resolved (`stale`).
+    pub open: bool,
 }
 
 /// What retiring a finding does to its seeds: a fix leaves them stale, a retraction deletes.
@@ -109,7 +110,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Seed> {
         category: r.get(6)?,
         line_start: r.get(7)?,
         line_end: r.get(8)?,
-        status: r.get(9)?,
+        status: FindingStatus::parse(&r.get::<_, String>(9)?),
         group_id: r.get(10)?,
         concept_ref: r.get(11)?,
         created_ms: r.get(12)?,
@@ -179,7 +180,7 @@ impl Store {
                         new.category,
                         a,
                         b,
-                        new.status,
+                        if new.open { "open" } else { "stale" },
                         group,
                         now
                     ],
@@ -288,7 +289,7 @@ mod tests {
             severity: sev,
             category: "bug",
             lines: (Some(3), Some(4)),
-            status: "open",
+            open: true,
         })
         .expect("insert")
     }

@@ -7,20 +7,19 @@ use std::path::Path;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::local::{NO_SERVER_ANALYSIS, by_group, local_seeds, relative, seed_line};
-use super::{Reply, not_attached};
+use super::{CallResult, Reply, not_attached};
 use crate::attachment::Attachment;
 use crate::cell::fix_location::{FixRefused, Located, locate_fix};
 use crate::git::Repo;
-use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, Held};
-use crate::ledger::finding::{Finding, NewFinding, Severity, lines_field, new_finding_id};
+use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
+use crate::ledger::finding::{Finding, FindingStatus, NewFinding, Severity};
 use crate::ledger::recall::{self, LedgerView, Recalled, fetch_concept};
-use crate::ledger::record::{find_open_duplicate, same_summary};
+use crate::ledger::record::{FindingDraft, open_duplicate, same_summary};
 use crate::ledger::repo_identity::{Aliases, repo_identity};
-use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind};
-use crate::mcp::ctx::{Ctx, Session};
+use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind, VerdictOrigin};
+use crate::mcp::ctx::{Ctx, Here, Session};
 use crate::store::{NewSeeds, Retire, Seed};
 use crate::util::rfc3339_ms;
 
@@ -110,27 +109,13 @@ pub struct ClaimArgs {
     pub minutes: Option<i64>,
 }
 
-fn session(ctx: &Ctx) -> (&Session, std::path::PathBuf) {
-    let ws = ctx
-        .decide()
-        .expect("the gate decided the workspace before the tool ran")
-        .path;
-    (
-        ctx.session()
-            .expect("a decided workspace derived the session"),
-        ws,
-    )
-}
-
 /// The recall for this workspace, or the line saying why it did not run.
 async fn recall_here(att: &Attachment, ws: &Path) -> Result<LedgerView, String> {
-    att.gate().await?;
+    att.gate().await.map_err(|r| r.to_string())?;
     let aliases = Aliases::for_workspace(ws);
-    recall::recall(att, |f| {
-        aliases.map_finding(f.repo.as_deref().unwrap_or_default(), &f.files)
-    })
-    .await
-    .map_err(|e| e.to_string())
+    recall::recall(att, &aliases)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Retires this machine's seeds of every finding the recall shows closed (anchor:
@@ -305,126 +290,175 @@ impl Problems {
     }
 }
 
-/// Open findings, headline first (anchor: open_findings_headline).
-fn render_problems(
-    out: &mut String,
-    p: &Problems,
-    f: &Filters<'_>,
-    limit: usize,
-    me: Option<&str>,
-    ws: &Path,
-    full: bool,
-) {
-    let tasks_listed = f.tasks_are_the_list();
-    let is_task = |cat: &str| cat.eq_ignore_ascii_case("task");
-    let local: Vec<&Seed> = by_group(&p.local_all)
-        .into_iter()
-        .filter(|s| {
-            let files: Vec<String> = p
-                .local_all
-                .iter()
-                .filter(|x| x.group_id == s.group_id)
-                .map(|x| x.file.clone())
-                .collect();
-            f.keeps(s.severity, &s.category, &files)
-        })
-        .collect();
-    let (local_tasks, local_findings): (Vec<&Seed>, Vec<&Seed>) = local
-        .iter()
-        .partition(|s| is_task(&s.category) && !tasks_listed);
+/// Both halves sorted for rendering: local and recalled, findings and tasks, open and closed.
+struct Listing<'a> {
+    local_findings: Vec<&'a Seed>,
+    local_tasks: Vec<&'a Seed>,
+    open: Vec<&'a Recalled>,
+    open_tasks: Vec<&'a Recalled>,
+    closed: Vec<(&'a Recalled, verdict::Verdict)>,
+    closed_tasks: Vec<(&'a Recalled, verdict::Verdict)>,
+    /// Local findings the ledger shows open too.
+    both: usize,
+    /// Open tasks from both halves, each counted once.
+    task_count: usize,
+}
 
-    let mut open: Vec<&Recalled> = Vec::new();
-    let mut open_tasks: Vec<&Recalled> = Vec::new();
-    let mut closed: Vec<(&Recalled, verdict::Verdict)> = Vec::new();
-    let mut closed_tasks: Vec<(&Recalled, verdict::Verdict)> = Vec::new();
-    if let Ok(view) = &p.recall {
-        for r in &view.findings {
-            if !f.keeps(r.finding.severity, &r.finding.category, &r.files) {
-                continue;
-            }
-            let task = r.finding.is_task() && !tasks_listed;
-            match view.standing(&r.finding) {
-                Standing::Closed { verdict } if task => closed_tasks.push((r, verdict)),
-                Standing::Closed { verdict } => closed.push((r, verdict)),
-                _ if task => open_tasks.push(r),
-                _ => open.push(r),
-            }
-        }
-    }
-    let both = local_findings
-        .iter()
-        .filter(|g| open.iter().any(|r| overlaps(&[**g], &p.local_all, r)))
-        .count();
-    let task_count = open_tasks.len()
-        + local_tasks
+impl<'a> Listing<'a> {
+    fn of(p: &'a Problems, f: &Filters<'_>) -> Listing<'a> {
+        let tasks_listed = f.tasks_are_the_list();
+        let local: Vec<&Seed> = by_group(&p.local_all)
+            .into_iter()
+            .filter(|s| {
+                let files: Vec<String> = p
+                    .local_all
+                    .iter()
+                    .filter(|x| x.group_id == s.group_id)
+                    .map(|x| x.file.clone())
+                    .collect();
+                f.keeps(s.severity, &s.category, &files)
+            })
+            .collect();
+        let (local_tasks, local_findings): (Vec<&Seed>, Vec<&Seed>) = local
             .iter()
-            .filter(|g| !open_tasks.iter().any(|r| overlaps(&[**g], &p.local_all, r)))
-            .count();
-    let local_line = match &p.store_error {
-        Some(e) => format!("local store unavailable: {e}"),
-        None => format!("{} in the local store", local_findings.len()),
-    };
-    let mut head = match &p.recall {
-        Ok(_) => {
-            let total = local_findings.len() + open.len() - both;
-            let mut h = format!(
-                "Open findings: {total} ({local_line}, {} recorded by agents on this codebase",
-                open.len()
-            );
-            if both > 0 {
-                let _ = write!(h, "; {both} in both");
+            .partition(|s| s.category.eq_ignore_ascii_case("task") && !tasks_listed);
+        let mut l = Listing {
+            local_findings,
+            local_tasks,
+            open: Vec::new(),
+            open_tasks: Vec::new(),
+            closed: Vec::new(),
+            closed_tasks: Vec::new(),
+            both: 0,
+            task_count: 0,
+        };
+        if let Ok(view) = &p.recall {
+            for r in &view.findings {
+                if !f.keeps(r.finding.severity, &r.finding.category, &r.files) {
+                    continue;
+                }
+                let task = r.finding.is_task() && !tasks_listed;
+                match view.standing(&r.finding) {
+                    Standing::Closed { verdict } if task => l.closed_tasks.push((r, verdict)),
+                    Standing::Closed { verdict } => l.closed.push((r, verdict)),
+                    _ if task => l.open_tasks.push(r),
+                    _ => l.open.push(r),
+                }
             }
-            h.push(')');
-            h
         }
-        Err(cause) => format!(
-            "Open findings: {} ({local_line}; recall did not run: {cause})",
-            local_findings.len()
-        ),
-    };
-    if task_count > 0 {
-        let _ = write!(head, "; {task_count} open tasks, listed apart");
-        if !closed_tasks.is_empty() {
-            let _ = write!(head, "; {} closed", closed_tasks.len());
-        }
+        let shared = |g: &Seed, recalled: &[&Recalled]| {
+            recalled.iter().any(|r| overlaps(&[g], &p.local_all, r))
+        };
+        l.both = l
+            .local_findings
+            .iter()
+            .filter(|g| shared(g, &l.open))
+            .count();
+        l.task_count = l.open_tasks.len()
+            + l.local_tasks
+                .iter()
+                .filter(|g| !shared(g, &l.open_tasks))
+                .count();
+        l
     }
-    let _ = writeln!(out, "{head}");
-    let sev_count = |s: Severity| local_findings.iter().filter(|x| x.severity == s).count();
+
+    /// `Open findings: N (…)`, with the tasks counted apart (anchor: open_findings_headline).
+    fn headline(&self, p: &Problems) -> String {
+        let local_line = match &p.store_error {
+            Some(e) => format!("local store unavailable: {e}"),
+            None => format!("{} in the local store", self.local_findings.len()),
+        };
+        let mut head = match &p.recall {
+            Ok(_) => {
+                let total = self.local_findings.len() + self.open.len() - self.both;
+                let mut h = format!(
+                    "Open findings: {total} ({local_line}, {} recorded by agents on this codebase",
+                    self.open.len()
+                );
+                if self.both > 0 {
+                    let _ = write!(h, "; {} in both", self.both);
+                }
+                h.push(')');
+                h
+            }
+            Err(cause) => format!(
+                "Open findings: {} ({local_line}; recall did not run: {cause})",
+                self.local_findings.len()
+            ),
+        };
+        if self.task_count > 0 {
+            let _ = write!(head, "; {} open tasks, listed apart", self.task_count);
+            if !self.closed_tasks.is_empty() {
+                let _ = write!(head, "; {} closed", self.closed_tasks.len());
+            }
+        }
+        head
+    }
+}
+
+/// Open findings, headline first; `full` adds the closed ones and the task list.
+fn render_problems(out: &mut String, p: &Problems, f: &Filters<'_>, shown: Shown<'_>) {
+    let l = Listing::of(p, f);
+    let _ = writeln!(out, "{}", l.headline(p));
+    render_local(out, &l, f, shown.limit);
+    let _ = writeln!(out, "{NO_SERVER_ANALYSIS}");
+    let Ok(view) = &p.recall else {
+        return;
+    };
+    render_shared(out, view, &l, shown);
+    if shown.full {
+        render_closed(out, view, &l, p, shown);
+    }
+}
+
+/// How much render_problems shows, and for whom.
+#[derive(Clone, Copy)]
+struct Shown<'a> {
+    limit: usize,
+    me: Option<&'a str>,
+    ws: &'a Path,
+    full: bool,
+}
+
+fn render_local(out: &mut String, l: &Listing<'_>, f: &Filters<'_>, limit: usize) {
+    let sev_count = |s: Severity| l.local_findings.iter().filter(|x| x.severity == s).count();
     let _ = writeln!(
         out,
         "local store: {} open ({} critical, {} high)",
-        local_findings.len(),
+        l.local_findings.len(),
         sev_count(Severity::Critical),
         sev_count(Severity::High)
     );
-    if local_findings.is_empty() {
+    if l.local_findings.is_empty() {
         let _ = writeln!(
             out,
             "No agent-recorded findings in the local store{}.",
             f.file.map(|p| format!(" for {p}")).unwrap_or_default()
         );
     } else {
-        for s in local_findings.iter().take(limit) {
+        for s in l.local_findings.iter().take(limit) {
             let _ = writeln!(out, "{}", seed_line(s));
         }
     }
-    let _ = writeln!(out, "{NO_SERVER_ANALYSIS}");
-    let Ok(view) = &p.recall else {
-        return;
-    };
-    let shown = if full { 10 } else { 5 };
+}
+
+fn render_shared(out: &mut String, view: &LedgerView, l: &Listing<'_>, shown: Shown<'_>) {
     let _ = writeln!(
         out,
         "Findings recorded by agents on this codebase ({} open{}):",
-        open.len(),
+        l.open.len(),
         if view.findings_truncated {
             "; the read reached its limit, older findings may be missing"
         } else {
             ""
         }
     );
-    for r in open.iter().take(shown) {
-        let _ = writeln!(out, "{}", recalled_line(r, &tags(view, &r.finding, me)));
+    for r in l.open.iter().take(if shown.full { 10 } else { 5 }) {
+        let _ = writeln!(
+            out,
+            "{}",
+            recalled_line(r, &tags(view, &r.finding, shown.me))
+        );
     }
     if view.verdicts_truncated {
         let _ = writeln!(
@@ -432,21 +466,34 @@ fn render_problems(
             "The verdict read reached its limit: each finding's linked verdicts were read too, but a verdict or claim written before verdicts were linked may be missed."
         );
     }
-    if !full {
-        return;
-    }
-    let repo = Repo::discover(ws).ok().flatten();
-    if !closed.is_empty() {
-        let _ = writeln!(out, "Closed findings ({}):", closed.len());
-        for (r, v) in closed.iter().take(10) {
+}
+
+fn render_closed(
+    out: &mut String,
+    view: &LedgerView,
+    l: &Listing<'_>,
+    p: &Problems,
+    shown: Shown<'_>,
+) {
+    let repo = Repo::discover(shown.ws).ok().flatten();
+    if !l.closed.is_empty() {
+        let _ = writeln!(out, "Closed findings ({}):", l.closed.len());
+        for (r, v) in l.closed.iter().take(10) {
             let _ = writeln!(out, "{}", closed_line(repo.as_ref(), r, v));
         }
     }
-    if task_count > 0 || !closed_tasks.is_empty() {
-        render_tasks(out, view, &open_tasks, &local_tasks, &p.local_all, me);
-        if !closed_tasks.is_empty() {
-            let _ = writeln!(out, "Closed tasks ({}):", closed_tasks.len());
-            for (r, v) in closed_tasks.iter().take(5) {
+    if l.task_count > 0 || !l.closed_tasks.is_empty() {
+        render_tasks(
+            out,
+            view,
+            &l.open_tasks,
+            &l.local_tasks,
+            &p.local_all,
+            shown.me,
+        );
+        if !l.closed_tasks.is_empty() {
+            let _ = writeln!(out, "Closed tasks ({}):", l.closed_tasks.len());
+            for (r, v) in l.closed_tasks.iter().take(5) {
                 let _ = writeln!(out, "{}", closed_line(repo.as_ref(), r, v));
             }
         }
@@ -497,25 +544,23 @@ fn render_tasks(
     }
 }
 
-pub async fn get_problems(ctx: &Ctx, a: ProblemsArgs) -> Reply {
-    let (s, ws) = session(ctx);
-    let p = Problems::read(ctx, &s.att, &ws).await;
-    let file = a.file_path.as_deref().map(|f| relative(&ws, f));
+pub async fn get_problems(ctx: &Ctx, here: &Here<'_>, a: ProblemsArgs) -> Reply {
+    let (s, ws) = (here.session, here.ws());
+    let p = Problems::read(ctx, &s.att, ws).await;
+    let file = a.file_path.as_deref().map(|f| relative(ws, f));
     let filters = Filters {
         severity: a.severity.as_deref(),
         category: a.category.as_deref(),
         file: file.as_deref(),
     };
+    let shown = Shown {
+        limit: a.limit.unwrap_or(10),
+        me: s.vessel.as_deref(),
+        ws,
+        full: true,
+    };
     let mut out = String::new();
-    render_problems(
-        &mut out,
-        &p,
-        &filters,
-        a.limit.unwrap_or(10),
-        s.vessel.as_deref(),
-        &ws,
-        true,
-    );
+    render_problems(&mut out, &p, &filters, shown);
     out.push_str(
         "These are agent-recorded findings only; none here is not proof the code is clean.",
     );
@@ -543,18 +588,17 @@ fn attachment_lines(s: &Session) -> String {
     )
 }
 
-pub async fn get_analysis_context(ctx: &Ctx, a: ContextArgs) -> Reply {
-    let (s, ws) = session(ctx);
+pub async fn get_analysis_context(ctx: &Ctx, here: &Here<'_>, a: ContextArgs) -> Reply {
+    let (s, ws) = (here.session, here.ws());
     // The recall settles the attachment first, so the line below reports where it stands.
-    let p = Problems::read(ctx, &s.att, &ws).await;
+    let p = Problems::read(ctx, &s.att, ws).await;
     let mut out = attachment_lines(s);
     out.push('\n');
-    let decided = ctx.decide().expect("decided above");
     let _ = writeln!(
         out,
         "Workspace: {} (from {})",
         ws.display(),
-        decided.source.describe()
+        here.decided.source.describe()
     );
     if let crate::mcp::workspace::Roots::Answered(roots) = ctx.workspace.roots()
         && roots.len() > 1
@@ -565,33 +609,34 @@ pub async fn get_analysis_context(ctx: &Ctx, a: ContextArgs) -> Reply {
     if s.from != ws {
         let _ = writeln!(out, "Identity derived from: {}", s.from.display());
     }
-    let _ = writeln!(out, "{}", super::local::graph_line(ctx, &ws));
+    let _ = writeln!(out, "{}", super::local::graph_line(ctx, ws));
     let filters = Filters {
         severity: None,
         category: None,
         file: None,
     };
-    render_problems(
-        &mut out,
-        &p,
-        &filters,
-        a.problem_limit.unwrap_or(10),
-        s.vessel.as_deref(),
-        &ws,
-        false,
-    );
+    let shown = Shown {
+        limit: a.problem_limit.unwrap_or(10),
+        me: s.vessel.as_deref(),
+        ws,
+        full: false,
+    };
+    render_problems(&mut out, &p, &filters, shown);
     if !a.recently_changed_files.is_empty() {
-        let cochange = super::local::predict_cochanges(
-            ctx,
-            super::local::CochangeArgs {
-                changed_files: a.recently_changed_files.clone(),
-                limit: Some(8),
-                confidence_threshold: Some(0.3),
-            },
-        )
-        .await;
+        let args = super::local::CochangeArgs {
+            changed_files: a.recently_changed_files.clone(),
+            limit: Some(8),
+            confidence_threshold: Some(0.3),
+        };
+        let cochange = super::local::predict_cochanges(ctx, here, args).await;
         let _ = writeln!(out, "{}", cochange.text);
     }
+    out.push_str(&next_step(&p));
+    Reply::ok(out)
+}
+
+/// get_analysis_context's last line: what to do next, from the serious and shared counts.
+fn next_step(p: &Problems) -> String {
     let serious = p
         .local_all
         .iter()
@@ -603,137 +648,167 @@ pub async fn get_analysis_context(ctx: &Ctx, a: ContextArgs) -> Reply {
             .filter(|r| !r.finding.is_task() && !v.standing(&r.finding).is_closed())
             .count()
     });
-    out.push_str("Next: ");
     if serious + shared == 0 {
-        out.push_str("no open critical or high local findings and no open shared findings; before editing a file, get_problems with its file_path.");
+        "Next: no open critical or high local findings and no open shared findings; before editing a file, get_problems with its file_path.".into()
     } else {
-        let _ = write!(
-            out,
-            "{serious} critical/high local and {shared} open shared findings: check get_problems for the files you edit, claim_finding what you take on, mark_complete what you fix."
-        );
+        format!(
+            "Next: {serious} critical/high local and {shared} open shared findings: check get_problems for the files you edit, claim_finding what you take on, mark_complete what you fix."
+        )
     }
-    Reply::ok(out)
 }
 
-pub async fn record_finding(ctx: &Ctx, a: RecordArgs) -> Reply {
-    let (s, ws) = session(ctx);
-    if a.files.is_empty() || a.summary.trim().is_empty() || a.category.trim().is_empty() {
-        return Reply::error(
-            "record_finding: a finding needs at least one file, a summary and a category; nothing was recorded",
-        );
-    }
+pub async fn record_finding(ctx: &Ctx, here: &Here<'_>, a: RecordArgs) -> Reply {
+    let (s, ws) = (here.session, here.ws());
+    let draft = FindingDraft {
+        files: a.files.iter().map(|f| relative(ws, f)).collect(),
+        summary: a.summary,
+        details: a.details.unwrap_or_default(),
+        severity: a.severity,
+        category: a.category,
+        line_start: a.line_start,
+        line_end: a.line_end,
+        status: a
+            .status
+            .as_deref()
+            .map_or(FindingStatus::Open, FindingStatus::parse),
+    };
+    let draft = match draft.checked() {
+        Ok(d) => d,
+        Err(e) => return Reply::error(format!("record_finding: {e}; nothing was recorded")),
+    };
     let store = match ctx.store() {
         Ok(st) => st,
         Err(e) => return Reply::error(format!("record_finding: {e}; nothing was recorded")),
     };
-    let files: Vec<String> = a.files.iter().map(|f| relative(&ws, f)).collect();
-    let status = a.status.clone().unwrap_or_else(|| "open".into());
-    let summary = a.summary.trim().to_string();
     let ws_key = ws.display().to_string();
     let mut recall_note = None;
-    if !a.force.unwrap_or(false) && status == "open" {
-        let local = store.seeds(&ws_key, false).unwrap_or_default();
-        if let Some(d) = local
-            .iter()
-            .find(|x| files.contains(&x.file) && same_summary(&x.summary, &summary))
-        {
-            return already(
-                &d.id,
-                &d.summary,
-                std::slice::from_ref(&d.file),
-                "the local store",
-            );
-        }
-        match recall_here(&s.att, &ws).await {
-            Ok(view) => {
-                if let Some(d) = find_open_duplicate(&view, &files, &summary) {
-                    let local_id = store
-                        .by_concept(&d.finding.concept_id)
-                        .ok()
-                        .and_then(|v| v.first().map(|x| x.id.clone()));
-                    return already(
-                        local_id.as_deref().unwrap_or(&d.finding.concept_id),
-                        &d.finding.summary,
-                        &d.files,
-                        "the shared ledger",
-                    );
-                }
-            }
+    if !a.force.unwrap_or(false) && draft.status.is_open() {
+        match find_duplicate(&store, s, ws, &draft).await {
+            Ok(Some(reply)) => return reply,
+            Ok(None) => {}
             Err(cause) => recall_note = Some(cause),
         }
     }
-    let ids: Vec<String> = files.iter().map(|_| new_finding_id()).collect();
-    let details = a.details.clone().unwrap_or_default();
-    let seeds = match store.insert(&NewSeeds {
-        workspace: &ws_key,
-        ids: &ids,
-        files: &files,
-        summary: &summary,
-        details: &details,
-        severity: a.severity,
-        category: a.category.trim(),
-        lines: (a.line_start, a.line_end),
-        status: if status == "open" { "open" } else { "stale" },
-    }) {
-        Ok(v) => v,
-        Err(e) => return Reply::error(format!("record_finding: {e}; nothing was recorded")),
-    };
-    let mut out = format!(
-        "Recorded {} [{}][{}] {} on {}.\n",
-        ids.join(", "),
-        a.severity,
-        a.category.trim(),
-        summary,
-        files.join(", ")
-    );
     let name = ws
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let lines = lines_field(&files[0], a.line_start, a.line_end);
-    let shared = match s.att.gate().await {
-        Err(cause) => Err(cause),
-        Ok(_) => {
-            let nf = NewFinding {
-                finding_ids: ids.clone(),
-                files: files.clone(),
-                summary: summary.clone(),
-                details,
-                severity: a.severity,
-                category: a.category.trim().to_string(),
-                repo: repo_identity(&ws),
-                repo_name: name.clone(),
-                workspace: name,
-                lines,
-                status,
-                recorded_by: s.vessel.clone(),
-                session: s.att.claim().session.clone(),
-            };
-            crate::ledger::write_concept(&s.att, nf.to_pointer())
-                .await
-                .map_err(|e| e.to_string())
-        }
+    let nf = draft.into_new(
+        repo_identity(ws),
+        name,
+        s.vessel.clone(),
+        s.att.claim().session.clone(),
+    );
+    let seeds = match store.insert(&NewSeeds {
+        workspace: &ws_key,
+        ids: &nf.finding_ids,
+        files: &nf.files,
+        summary: &nf.summary,
+        details: &nf.details,
+        severity: nf.severity,
+        category: &nf.category,
+        lines: (a.line_start, a.line_end),
+        open: nf.status.is_open(),
+    }) {
+        Ok(v) => v,
+        Err(e) => return Reply::error(format!("record_finding: {e}; nothing was recorded")),
     };
+    let shared = match s.att.gate().await {
+        Err(refusal) => Err(refusal.to_string()),
+        Ok(_) => crate::ledger::write_concept(&s.att, nf.to_pointer())
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    let link_failed = match &shared {
+        Ok(concept) => store
+            .set_concept(&seeds[0].group_id, concept)
+            .err()
+            .map(|e| format!("Linking the seeds to {concept} failed: {e}.")),
+        Err(_) => None,
+    };
+    let notes = Notes {
+        link_failed,
+        recall: recall_note,
+    };
+    render_recorded(&nf, &shared, &notes)
+}
+
+/// What went wrong beside a recording that still happened.
+struct Notes {
+    link_failed: Option<String>,
+    /// Why the duplicate check could not read the ledger.
+    recall: Option<String>,
+}
+
+/// The same finding already open here or on the ledger: the reply that says so, or the line
+/// saying why the ledger could not be asked.
+async fn find_duplicate(
+    store: &crate::store::Store,
+    s: &Session,
+    ws: &Path,
+    d: &FindingDraft,
+) -> Result<Option<Reply>, String> {
+    let local = store
+        .seeds(&ws.display().to_string(), false)
+        .unwrap_or_default();
+    if let Some(x) = local
+        .iter()
+        .find(|x| d.files.contains(&x.file) && same_summary(&x.summary, &d.summary))
+    {
+        let files = std::slice::from_ref(&x.file);
+        return Ok(Some(already(&x.id, &x.summary, files, "the local store")));
+    }
+    s.att.gate().await.map_err(|r| r.to_string())?;
+    let aliases = Aliases::for_workspace(ws);
+    let Some(dup) = open_duplicate(&s.att, &aliases, &d.files, &d.summary)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(None);
+    };
+    let local_id = store
+        .by_concept(&dup.concept_id)
+        .ok()
+        .and_then(|v| v.first().map(|x| x.id.clone()));
+    let id = local_id.as_deref().unwrap_or(&dup.concept_id);
+    Ok(Some(already(
+        id,
+        &dup.summary,
+        &dup.files,
+        "the shared ledger",
+    )))
+}
+
+fn render_recorded(nf: &NewFinding, shared: &Result<String, String>, notes: &Notes) -> Reply {
+    let ids = &nf.finding_ids;
+    let mut out = format!(
+        "Recorded {} [{}][{}] {} on {}.\n",
+        ids.join(", "),
+        nf.severity,
+        nf.category,
+        nf.summary,
+        nf.files.join(", ")
+    );
+    if let Some(line) = &notes.link_failed {
+        let _ = writeln!(out, "{line}");
+    }
     let result = match shared {
         Ok(concept) => {
-            if let Err(e) = store.set_concept(&seeds[0].group_id, &concept) {
-                let _ = writeln!(out, "Linking the seeds to {concept} failed: {e}.");
-            }
             let _ = writeln!(
                 out,
                 "Shared on the ledger as concept {concept}, so other agents on this codebase see it."
             );
-            "ok"
+            CallResult::Ok
         }
         Err(cause) => {
             let _ = writeln!(
                 out,
                 "Not shared: {cause}. It is in the local store only; other agents do not see it."
             );
-            "not_shared"
+            CallResult::NotShared
         }
     };
-    if let Some(cause) = recall_note {
+    if let Some(cause) = &notes.recall {
         let _ = writeln!(
             out,
             "The duplicate check could not read the ledger ({cause})."
@@ -752,7 +827,7 @@ fn already(id: &str, summary: &str, files: &[String], whence: &str) -> Reply {
         "Already recorded (open): {id} — use mark_complete or add details there.\nsummary: {summary}\nfiles: {}\nfound in {whence}; nothing was written.",
         files.join(", ")
     ))
-    .with_result("duplicate")
+    .with_result(CallResult::Duplicate)
 }
 
 /// A finding named by id: its local seeds, and the ledger's view of it when attached.
@@ -831,28 +906,14 @@ fn finding_of_seeds(seeds: &[Seed], ws: &Path) -> Finding {
     }
 }
 
-pub async fn mark_complete(ctx: &Ctx, a: MarkArgs) -> Reply {
-    let (s, ws) = session(ctx);
+pub async fn mark_complete(ctx: &Ctx, here: &Here<'_>, a: MarkArgs) -> Reply {
+    let (s, ws) = (here.session, here.ws());
     let id = a.problem_id.trim();
-    if !id.starts_with("agf_") && !id.starts_with("concept_") {
-        return Reply::error(format!(
-            "mark_complete: {id} is not a finding id (agf_…) or a concept id (concept_…); nothing was recorded: there are no backend detections for it to name"
-        ));
-    }
     let discard = matches!(a.action, Some(MarkAction::Discard));
-    if let Some(c) = &a.fix_commit {
-        if discard {
-            return Reply::error(
-                "mark_complete: fix_commit goes with endorse, not discard; nothing was recorded",
-            );
-        }
-        if !(7..=40).contains(&c.len()) || !c.chars().all(|ch| ch.is_ascii_hexdigit()) {
-            return Reply::error(format!(
-                "mark_complete: fix_commit {c:?} is not a commit id (7-40 hex digits); nothing was recorded"
-            ));
-        }
+    if let Err(refused) = check_mark_args(id, discard, a.fix_commit.as_deref()) {
+        return refused;
     }
-    let named = match resolve_named(ctx, &s.att, &ws, id).await {
+    let named = match resolve_named(ctx, &s.att, ws, id).await {
         Ok(n) => n,
         Err(e) => return Reply::error(format!("mark_complete: {e}")),
     };
@@ -870,166 +931,213 @@ pub async fn mark_complete(ctx: &Ctx, a: MarkArgs) -> Reply {
     let finding = named
         .recalled
         .clone()
-        .unwrap_or_else(|| finding_of_seeds(&named.seeds, &ws));
-    let origin = if named.seeds.is_empty() {
-        "remote"
+        .unwrap_or_else(|| finding_of_seeds(&named.seeds, ws));
+    let Judged { kind, lines, note } = if discard {
+        Judged {
+            kind: VerdictKind::Discarded,
+            lines: Vec::new(),
+            note: None,
+        }
     } else {
-        "local"
-    };
-
-    let (kind, lines, note) = if discard {
-        (VerdictKind::Discarded, Vec::new(), None)
-    } else {
-        let repo = match Repo::discover(&ws) {
-            Ok(r) => r,
-            Err(e) => {
-                return Reply::error(format!(
-                    "mark_complete: git did not answer ({e}); nothing was recorded, try again"
-                ));
-            }
-        };
-        let files = match &repo {
-            Some(r) => r.workspace_paths(&ws, &named.files),
-            None => named.files.clone(),
-        };
-        match locate_fix(repo.as_ref(), &finding, &files, a.fix_commit.as_deref()) {
-            Ok(Located::Verdict { kind, lines, note }) => (kind, lines, note),
-            Ok(Located::NoVerdict(why)) => {
-                return Reply::ok(format!(
-                    "No verdict written for {id}: {why}. Nothing was retired."
-                ))
-                .with_result("not_applied");
-            }
-            Err(e @ FixRefused::Git(_)) => {
-                return Reply::error(format!("mark_complete: {e}; nothing was recorded"));
-            }
-            Err(e) => {
-                return Reply::ok(format!(
-                    "No verdict written for {id}: {e}. Nothing was retired."
-                ))
-                .with_result("not_applied");
-            }
+        match judge_fix(ws, &named, &finding, id, a.fix_commit.as_deref()) {
+            Ok(judged) => judged,
+            Err(reply) => return reply,
         }
     };
-    let closes = matches!(kind, VerdictKind::Fixed | VerdictKind::Discarded);
-    let mut out = String::new();
-    if let Some(v) = &named.view
-        && let Some(h) = v.holder(&finding, crate::util::now_ms())
-        && Some(h.holder.as_str()) != s.vessel.as_deref()
-    {
-        if closes {
-            let _ = writeln!(
-                out,
-                "claim: claimed by {} until {}; this closes it anyway, which ends their claim.",
-                h.holder,
-                rfc3339_ms(claims::lapses_at(&h))
-            );
+    let mut out = claim_note(&named, &finding, s.vessel.as_deref(), kind.closes());
+    let nv = NewVerdict {
+        finding: &finding,
+        kind,
+        reviewed_by: s.vessel.clone(),
+        session: s.att.claim().session.clone(),
+        origin: if named.seeds.is_empty() {
+            VerdictOrigin::Remote
         } else {
-            let _ = writeln!(
-                out,
-                "claim: claimed by {}; the claim was not applied, since the fix is not closed yet.",
-                h.holder
-            );
-        }
-    }
-    // The shared half: the verdict, its link and the relevance credit.
-    let gate = s.att.gate().await;
-    let local_only = gate.is_err() || finding.concept_id.is_empty();
-    let shared: Result<String, String> = match gate {
-        Err(cause) => Err(cause),
-        Ok(_) if finding.concept_id.is_empty() => {
-            Err("the finding was never shared (recorded while detached)".into())
-        }
-        Ok(_) => {
-            let nv = NewVerdict {
-                finding: &finding,
-                kind,
-                reviewed_by: s.vessel.clone(),
-                session: s.att.claim().session.clone(),
-                origin,
-                lines: lines.clone(),
-            };
-            match crate::ledger::write_concept(&s.att, nv.to_pointer()).await {
-                Err(e) => Err(e.to_string()),
-                Ok(vid) => {
-                    if let Err(e) = s
-                        .att
-                        .resolve(verdict::link_pointer(&vid, &finding.concept_id))
-                        .await
-                    {
-                        tracing::debug!("linking verdict {vid} failed: {e}");
-                    }
-                    if closes {
-                        let outcome = if discard { "failure" } else { "success" };
-                        let usage = json!({"type": "conceptUsage_write", "usageData": {
-                            "concept_id": finding.concept_id, "trace_id": format!("mark-complete:{vid}"), "outcome": outcome}});
-                        if let Err(e) = s.att.resolve(usage).await {
-                            tracing::warn!("recording the verdict's relevance failed: {e}");
-                        }
-                    }
-                    Ok(vid)
-                }
-            }
-        }
+            VerdictOrigin::Local
+        },
+        lines,
     };
-    let verdict_line = kind.line();
-    let result = match (&shared, closes) {
-        (Ok(vid), _) => {
-            let _ = writeln!(out, "verdict: {verdict_line} ({vid}, origin {origin}).");
-            for (k, v) in &lines {
-                let _ = writeln!(out, "{k}: {v}");
-            }
-            if closes { "ok" } else { "pending" }
-        }
-        (Err(cause), _) => {
-            let _ = writeln!(out, "verdict: {verdict_line}, not shared: {cause}.");
-            "not_shared"
-        }
-    };
+    let (shared, local_only) = share_verdict(s, &nv).await;
+    let result = render_verdict(&mut out, &nv, &shared);
     if let Some(n) = note {
         let _ = writeln!(out, "{n}");
     }
-    // The local half: a fix leaves the seeds stale, a discard deletes them; pending retires none.
-    if named.seeds.is_empty() {
-        out.push_str("Nothing local was retired: this machine holds no seed of the finding.");
-    } else if closes && (shared.is_ok() || local_only) {
-        let how = if discard {
-            Retire::Delete
-        } else {
-            Retire::Stale
-        };
-        match ctx.store().map(|st| st.retire(&named.seeds, how)) {
-            Ok(Ok(n)) => {
-                let _ = write!(
-                    out,
-                    "{n} local seeds retired ({}).",
-                    if discard { "deleted" } else { "resolved" }
-                );
-            }
-            Ok(Err(e)) => {
-                let _ = write!(out, "Retiring the local seeds failed: {e}.");
-            }
-            Err(e) => {
-                let _ = write!(out, "Retiring the local seeds failed: {e}.");
-            }
-        }
-    } else {
-        out.push_str("Nothing local was retired.");
-    }
+    let retire = kind.closes() && (shared.is_ok() || local_only);
+    out.push_str(&retire_named(ctx, &named.seeds, retire, discard));
     Reply::ok(out.trim_end().to_string()).with_result(result)
 }
 
-pub async fn claim_finding(ctx: &Ctx, a: ClaimArgs) -> Reply {
-    let (s, ws) = session(ctx);
+/// Refuses what mark_complete cannot act on before anything is read.
+fn check_mark_args(id: &str, discard: bool, fix_commit: Option<&str>) -> Result<(), Reply> {
+    if !id.starts_with("agf_") && !id.starts_with("concept_") {
+        return Err(Reply::error(format!(
+            "mark_complete: {id} is not a finding id (agf_…) or a concept id (concept_…); nothing was recorded: there are no backend detections for it to name"
+        )));
+    }
+    let Some(c) = fix_commit else { return Ok(()) };
+    if discard {
+        return Err(Reply::error(
+            "mark_complete: fix_commit goes with endorse, not discard; nothing was recorded",
+        ));
+    }
+    if !(7..=40).contains(&c.len()) || !c.chars().all(|ch| ch.is_ascii_hexdigit()) {
+        return Err(Reply::error(format!(
+            "mark_complete: fix_commit {c:?} is not a commit id (7-40 hex digits); nothing was recorded"
+        )));
+    }
+    Ok(())
+}
+
+/// The verdict to write, its fix-location lines, and a note for the reply.
+struct Judged {
+    kind: VerdictKind,
+    lines: Vec<(&'static str, String)>,
+    note: Option<String>,
+}
+
+/// An endorse's verdict from git: where the fix is, or the reply saying why none is written.
+fn judge_fix(
+    ws: &Path,
+    named: &Named,
+    finding: &Finding,
+    id: &str,
+    fix_commit: Option<&str>,
+) -> Result<Judged, Reply> {
+    let repo = Repo::discover(ws).map_err(|e| {
+        Reply::error(format!(
+            "mark_complete: git did not answer ({e}); nothing was recorded, try again"
+        ))
+    })?;
+    let files = match &repo {
+        Some(r) => r.workspace_paths(ws, &named.files),
+        None => named.files.clone(),
+    };
+    let not_applied = |why: &dyn std::fmt::Display| {
+        Reply::ok(format!(
+            "No verdict written for {id}: {why}. Nothing was retired."
+        ))
+        .with_result(CallResult::NotApplied)
+    };
+    match locate_fix(repo.as_ref(), finding, &files, fix_commit) {
+        Ok(Located::Verdict { kind, lines, note }) => Ok(Judged { kind, lines, note }),
+        Ok(Located::NoVerdict(why)) => Err(not_applied(&why)),
+        Err(e @ FixRefused::Git(_)) => Err(Reply::error(format!(
+            "mark_complete: {e}; nothing was recorded"
+        ))),
+        Err(e) => Err(not_applied(&e)),
+    }
+}
+
+/// The line about someone else's live claim, since a verdict affects it.
+fn claim_note(named: &Named, finding: &Finding, me: Option<&str>, closes: bool) -> String {
+    let Some(h) = named
+        .view
+        .as_ref()
+        .and_then(|v| v.holder(finding, crate::util::now_ms()))
+        .filter(|h| Some(h.holder.as_str()) != me)
+    else {
+        return String::new();
+    };
+    if closes {
+        format!(
+            "claim: claimed by {} until {}; this closes it anyway, which ends their claim.\n",
+            h.holder,
+            rfc3339_ms(claims::lapses_at(&h))
+        )
+    } else {
+        format!(
+            "claim: claimed by {}; the claim was not applied, since the fix is not closed yet.\n",
+            h.holder
+        )
+    }
+}
+
+/// The shared half through the ledger's one verdict writer: the verdict's id, or why it was not
+/// shared; and whether the finding only ever lived here (so local seeds retire regardless).
+async fn share_verdict(s: &Session, nv: &NewVerdict<'_>) -> (Result<String, String>, bool) {
+    let gate = s.att.gate().await;
+    let never_shared = nv.finding.concept_id.is_empty();
+    let local_only = gate.is_err() || never_shared;
+    let shared = match gate {
+        Err(refusal) => Err(refusal.to_string()),
+        Ok(_) if never_shared => {
+            Err("the finding was never shared (recorded while detached)".into())
+        }
+        Ok(_) => verdict::write(&s.att, nv, "mark-complete")
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    (shared, local_only)
+}
+
+fn render_verdict(
+    out: &mut String,
+    nv: &NewVerdict<'_>,
+    shared: &Result<String, String>,
+) -> CallResult {
+    let verdict_line = nv.kind.line();
+    match shared {
+        Ok(vid) => {
+            let _ = writeln!(
+                out,
+                "verdict: {verdict_line} ({vid}, origin {}).",
+                nv.origin.as_str()
+            );
+            for (k, v) in &nv.lines {
+                let _ = writeln!(out, "{k}: {v}");
+            }
+            if nv.kind.closes() {
+                CallResult::Ok
+            } else {
+                CallResult::Pending
+            }
+        }
+        Err(cause) => {
+            let _ = writeln!(out, "verdict: {verdict_line}, not shared: {cause}.");
+            CallResult::NotShared
+        }
+    }
+}
+
+/// The local half: a fix leaves the seeds stale, a discard deletes them; pending retires none.
+fn retire_named(ctx: &Ctx, seeds: &[Seed], retire: bool, discard: bool) -> String {
+    if seeds.is_empty() {
+        return "Nothing local was retired: this machine holds no seed of the finding.".into();
+    }
+    if !retire {
+        return "Nothing local was retired.".into();
+    }
+    let how = if discard {
+        Retire::Delete
+    } else {
+        Retire::Stale
+    };
+    match ctx
+        .store()
+        .and_then(|st| st.retire(seeds, how).map_err(|e| e.to_string()))
+    {
+        Ok(n) => format!(
+            "{n} local seeds retired ({}).",
+            if discard { "deleted" } else { "resolved" }
+        ),
+        Err(e) => format!("Retiring the local seeds failed: {e}."),
+    }
+}
+
+pub async fn claim_finding(ctx: &Ctx, here: &Here<'_>, a: ClaimArgs) -> Reply {
+    let (s, ws) = (here.session, here.ws());
     if let Err(cause) = s.att.gate().await {
         return not_attached("claim_finding", &cause);
     }
+    let refused = CallResult::Claim(ClaimWord::Refused);
     let Some(me) = s.vessel.clone() else {
-        return Reply::error("claim_finding: a claim must name its holder and this process has no vessel identity (set VESSEL_ID or METABOB_API_KEY); nothing was written").with_result("refused");
+        return Reply::error("claim_finding: a claim must name its holder and this process has no vessel identity (set VESSEL_ID or METABOB_API_KEY); nothing was written").with_result(refused);
     };
-    let named = match resolve_named(ctx, &s.att, &ws, a.problem_id.trim()).await {
+    let named = match resolve_named(ctx, &s.att, ws, a.problem_id.trim()).await {
         Ok(n) => n,
-        Err(e) => return Reply::error(format!("claim_finding: {e}")).with_result("error"),
+        Err(e) => {
+            return Reply::error(format!("claim_finding: {e}")).with_result(CallResult::Error);
+        }
     };
     let Some(finding) = named.recalled else {
         let why = if named.seeds.is_empty() {
@@ -1041,7 +1149,7 @@ pub async fn claim_finding(ctx: &Ctx, a: ClaimArgs) -> Reply {
             "claim_finding: {} not found: {why}; nothing was written",
             a.problem_id
         ))
-        .with_result("refused");
+        .with_result(refused);
     };
     let action = match a.action.unwrap_or(ClaimArg::Claim) {
         ClaimArg::Claim => ClaimAction::Claim,
@@ -1050,53 +1158,41 @@ pub async fn claim_finding(ctx: &Ctx, a: ClaimArgs) -> Reply {
     };
     let minutes = a.minutes.unwrap_or(claims::DEFAULT_CLAIM_MINUTES);
     let session_id = s.att.claim().session.clone();
-    let outcome = match claims::claim_finding(
-        &s.att,
-        &finding,
-        &me,
-        &session_id,
-        minutes,
-        action,
-        None,
-    )
-    .await
-    {
+    let claimed = claims::claim_finding(&s.att, &finding, &me, &session_id, minutes, action, None);
+    let outcome = match claimed.await {
         Ok(o) => o,
-        Err(e) => return Reply::error(format!("claim_finding: {e}")).with_result("error"),
+        Err(e) => {
+            return Reply::error(format!("claim_finding: {e}")).with_result(CallResult::Error);
+        }
     };
+    let mut reply = Reply::ok(claim_text(&outcome, finding.id()));
+    reply.is_error = matches!(outcome, ClaimOutcome::Refused { .. });
+    reply.with_result(CallResult::Claim(outcome.word()))
+}
+
+fn claim_text(outcome: &ClaimOutcome, id: &str) -> String {
     let until = |h: &Held| rfc3339_ms(claims::lapses_at(h));
-    let text = match &outcome {
+    match outcome {
         ClaimOutcome::Claimed { held } => format!(
-            "Claimed {} until {}: it is yours; renew while working, release if you stop without a fix.",
-            finding.id(),
+            "Claimed {id} until {}: it is yours; renew while working, release if you stop without a fix.",
             until(held)
         ),
-        ClaimOutcome::Renewed { held } => {
-            format!("Renewed: {} is yours until {}.", finding.id(), until(held))
-        }
-        ClaimOutcome::Released => format!("Released {}: others may take it.", finding.id()),
+        ClaimOutcome::Renewed { held } => format!("Renewed: {id} is yours until {}.", until(held)),
+        ClaimOutcome::Released => format!("Released {id}: others may take it."),
         ClaimOutcome::Held { by } => format!(
-            "Not claimed: {} holds {} until {}; pick another finding.",
+            "Not claimed: {} holds {id} until {}; pick another finding.",
             by.holder,
-            finding.id(),
             until(by)
         ),
         ClaimOutcome::Lost { winner } => format!(
-            "Not claimed: {} claimed {} first (until {}); ours was withdrawn.",
+            "Not claimed: {} claimed {id} first (until {}); ours was withdrawn.",
             winner.holder,
-            finding.id(),
             until(winner)
         ),
         ClaimOutcome::Unsettled => format!(
-            "The claim on {} is written but not settled (the read-back never showed it); run claim_finding again before starting.",
-            finding.id()
+            "The claim on {id} is written but not settled (the read-back never showed it); run claim_finding again before starting."
         ),
-        ClaimOutcome::Closed => format!("{} is closed; there is nothing to claim.", finding.id()),
+        ClaimOutcome::Closed => format!("{id} is closed; there is nothing to claim."),
         ClaimOutcome::Refused { reason } => format!("Refused: {reason}; nothing was written."),
-    };
-    let mut reply = Reply::ok(text);
-    if matches!(outcome, ClaimOutcome::Refused { .. } | ClaimOutcome::Closed) {
-        reply.is_error = matches!(outcome, ClaimOutcome::Refused { .. });
     }
-    reply.with_result(outcome.word())
 }

@@ -15,7 +15,7 @@ use super::Reply;
 use crate::git::Repo;
 use crate::git::cochange::mine_cochanges;
 use crate::index::{Direction, EdgeKind, Index, IndexOptions, tokenize};
-use crate::mcp::ctx::Ctx;
+use crate::mcp::ctx::{Ctx, Here};
 use crate::store::Seed;
 
 /// Sets its flag when dropped.
@@ -138,12 +138,6 @@ pub struct AnnotateArgs {
     pub context: Option<String>,
 }
 
-fn workspace(ctx: &Ctx) -> PathBuf {
-    ctx.decide()
-        .expect("the gate decided the workspace before the tool ran")
-        .path
-}
-
 /// A path as the index and the store name it: workspace-relative with `/`.
 pub fn relative(ws: &Path, file: &str) -> String {
     let p = Path::new(file);
@@ -185,25 +179,21 @@ fn load_persisted(cache: Option<PathBuf>, ws: &Path, opts: &IndexOptions) -> Opt
 
 const NO_INDEX: &str = "No code graph for this workspace yet: run init_workspace first.";
 
-pub async fn init_workspace(ctx: &Ctx, a: InitArgs) -> Reply {
-    if let Some(p) = &a.workspace_path
-        && let Err(e) = ctx.workspace.bind(p)
-    {
-        return Reply::error(format!("init_workspace: {e}"));
-    }
-    let ws = match ctx.decide() {
-        Ok(d) => d.path,
-        Err(e) => return Reply::error(e.to_string()),
-    };
-    let mut opts = IndexOptions::default();
-    if let Some(inc) = a.include {
-        opts.include = inc;
-    }
-    if let Some(exc) = a.exclude {
-        opts.exclude = exc;
-    }
+/// What one indexing run did, for init_workspace's reply.
+struct Indexed {
+    report: crate::index::RunReport,
+    stats: crate::index::IndexStats,
+    /// Some when the index was complete and new, so it was persisted (or failed to be).
+    saved: Option<Result<(), String>>,
+    /// Every indexed file was unchanged: nothing was parsed.
+    reused: bool,
+}
+
+/// Indexes `ws` on a blocking thread, reusing what is still valid; a cancelled call stops the
+/// parse at its next file.
+async fn index_workspace(ctx: &Ctx, ws: &Path, opts: IndexOptions) -> Result<Indexed, String> {
     let slot = ctx.index.clone();
-    let root = real(&ws);
+    let root = real(ws);
     let cache = ctx.index_cache_path(&root);
     // Dropped with this call's future, so a cancelled call stops the parse too.
     let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
@@ -235,77 +225,45 @@ pub async fn init_workspace(ctx: &Ctx, a: InitArgs) -> Reply {
             (Some(path), true) => Some(index.save(path).map_err(|e| e.to_string())),
             _ => None,
         };
-        Ok::<_, crate::index::IndexError>((report, index.stats(), saved, reused))
+        Ok::<_, crate::index::IndexError>(Indexed {
+            report,
+            stats: index.stats(),
+            saved,
+            reused,
+        })
     })
     .await;
-    let (report, stats, saved, reused) = match run {
-        Ok(Ok(r)) => r,
+    match run {
+        Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) => {
             // A grammar that cannot load will not load later: every local tool says so.
             if let e @ crate::index::IndexError::Unavailable { .. } = &e {
                 let _ = ctx.index_unavailable.set(e.to_string());
             }
-            return Reply::error(format!("init_workspace: {e}"));
+            Err(format!("init_workspace: {e}"))
         }
-        Err(e) => return Reply::error(format!("init_workspace: indexing stopped: {e}")),
+        Err(e) => Err(format!("init_workspace: indexing stopped: {e}")),
+    }
+}
+
+pub async fn init_workspace(ctx: &Ctx, here: &Here<'_>, a: InitArgs) -> Reply {
+    let ws = here.ws();
+    let mut opts = IndexOptions::default();
+    if let Some(inc) = a.include {
+        opts.include = inc;
+    }
+    if let Some(exc) = a.exclude {
+        opts.exclude = exc;
+    }
+    let done = match index_workspace(ctx, ws, opts).await {
+        Ok(d) => d,
+        Err(line) => return Reply::error(line),
     };
     let mut out = String::new();
     let _ = writeln!(out, "Workspace: {}", ws.display());
-    let _ = writeln!(
-        out,
-        "Code graph: {} files, {} components, {} call edges, {} import edges ({}).",
-        stats.files_indexed,
-        stats.components,
-        stats.calls_edges,
-        stats.imports_edges,
-        stats
-            .languages
-            .iter()
-            .map(|(l, n)| format!("{l} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    if reused {
-        out.push_str(
-            "Every indexed file is unchanged since the index was built: nothing was re-parsed.\n",
-        );
-    } else {
-        let _ = writeln!(
-            out,
-            "Parsed {} files in {} ms.",
-            report.parsed_this_run, report.elapsed_ms
-        );
-    }
-    if stats.skipped_too_large + stats.skipped_unreadable > 0 || stats.file_cap_hit {
-        let _ = writeln!(
-            out,
-            "Skipped: {} over 200 KB, {} unreadable{}.",
-            stats.skipped_too_large,
-            stats.skipped_unreadable,
-            if stats.file_cap_hit {
-                "; only the first 2000 files (by path) are indexed"
-            } else {
-                ""
-            }
-        );
-    }
-    if !report.complete {
-        let _ = writeln!(
-            out,
-            "Partial: {} files still to parse after the {} s budget; call init_workspace again to resume where it stopped. {}",
-            report.files_pending,
-            INDEX_BUDGET.as_secs(),
-            report.note.as_deref().unwrap_or("")
-        );
-    }
-    if let Some(Err(e)) = saved {
-        let _ = writeln!(
-            out,
-            "The index could not be persisted ({e}); a restart will index again."
-        );
-    }
+    render_indexed(&mut out, &done);
     if !a.recently_changed_files.is_empty() {
-        match cochanges(&ws, &a.recently_changed_files, 50, 0.3) {
+        match cochanges(ws, &a.recently_changed_files, 50, 0.3) {
             Ok(r) => {
                 let _ = writeln!(
                     out,
@@ -324,8 +282,70 @@ pub async fn init_workspace(ctx: &Ctx, a: InitArgs) -> Reply {
     Reply::ok(out)
 }
 
-pub async fn search_codebase(ctx: &Ctx, a: SearchArgs) -> Reply {
-    let ws = workspace(ctx);
+/// The graph's size, what was parsed or skipped, and whether the run finished.
+fn render_indexed(out: &mut String, done: &Indexed) {
+    let (report, stats) = (&done.report, &done.stats);
+    let _ = writeln!(
+        out,
+        "Code graph: {} files, {} components, {} call edges, {} import edges ({}).",
+        stats.files_indexed,
+        stats.components,
+        stats.calls_edges,
+        stats.imports_edges,
+        stats
+            .languages
+            .iter()
+            .map(|(l, n)| format!("{l} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if done.reused {
+        out.push_str(
+            "Every indexed file is unchanged since the index was built: nothing was re-parsed.\n",
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Parsed {} files in {} ms.",
+            report.parsed_this_run, report.elapsed_ms
+        );
+    }
+    if stats.skipped_too_large + stats.skipped_unreadable > 0 || stats.file_cap_hit {
+        let _ = writeln!(
+            out,
+            "Skipped: {} over {} KB, {} unreadable{}.",
+            stats.skipped_too_large,
+            crate::index::MAX_FILE_BYTES / 1024,
+            stats.skipped_unreadable,
+            if stats.file_cap_hit {
+                format!(
+                    "; only the first {} files (by path) are indexed",
+                    crate::index::MAX_FILES
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    if !report.complete {
+        let _ = writeln!(
+            out,
+            "Partial: {} files still to parse after the {} s budget; call init_workspace again to resume where it stopped. {}",
+            report.files_pending,
+            INDEX_BUDGET.as_secs(),
+            report.note.as_deref().unwrap_or("")
+        );
+    }
+    if let Some(Err(e)) = &done.saved {
+        let _ = writeln!(
+            out,
+            "The index could not be persisted ({e}); a restart will index again."
+        );
+    }
+}
+
+pub async fn search_codebase(ctx: &Ctx, here: &Here<'_>, a: SearchArgs) -> Reply {
+    let ws = here.ws().to_path_buf();
     let limit = a.limit.unwrap_or(10);
     let filter = a.file_filter.unwrap_or_default();
     let target = a.target.unwrap_or(Target::Both);
@@ -398,8 +418,8 @@ fn cochanges(
     mine_cochanges(&repo, &mapped, limit, threshold).map_err(|e| format!("git: {e}"))
 }
 
-pub async fn predict_cochanges(ctx: &Ctx, a: CochangeArgs) -> Reply {
-    let ws = workspace(ctx);
+pub async fn predict_cochanges(ctx: &Ctx, here: &Here<'_>, a: CochangeArgs) -> Reply {
+    let ws = here.ws().to_path_buf();
     let limit = a.limit.unwrap_or(10);
     let threshold = a.confidence_threshold.unwrap_or(0.3);
     let files = a.changed_files.clone();
@@ -446,8 +466,8 @@ pub async fn predict_cochanges(ctx: &Ctx, a: CochangeArgs) -> Reply {
     Reply::ok(out.trim_end().to_string())
 }
 
-pub async fn analyze_impact(ctx: &Ctx, a: ImpactArgs) -> Reply {
-    let ws = workspace(ctx);
+pub async fn analyze_impact(ctx: &Ctx, here: &Here<'_>, a: ImpactArgs) -> Reply {
+    let ws = here.ws().to_path_buf();
     let direction = match a.direction.unwrap_or(DirectionArg::Backward) {
         DirectionArg::Forward => Direction::Forward,
         DirectionArg::Backward => Direction::Backward,
@@ -503,8 +523,8 @@ pub async fn analyze_impact(ctx: &Ctx, a: ImpactArgs) -> Reply {
     Reply::ok(out.trim_end().to_string())
 }
 
-pub async fn assign_git_changes(ctx: &Ctx, a: AssignArgs) -> Reply {
-    let ws = workspace(ctx);
+pub async fn assign_git_changes(ctx: &Ctx, here: &Here<'_>, a: AssignArgs) -> Reply {
+    let ws = here.ws().to_path_buf();
     let files: Vec<String> = a.changed_files.iter().map(|f| relative(&ws, f)).collect();
     let map = match with_index(ctx, &ws, |i| {
         files
@@ -568,8 +588,8 @@ pub async fn assign_git_changes(ctx: &Ctx, a: AssignArgs) -> Reply {
     Reply::ok(out.trim_end().to_string())
 }
 
-pub async fn get_metrics(ctx: &Ctx, _a: NoArgs) -> Reply {
-    let ws = workspace(ctx);
+pub async fn get_metrics(ctx: &Ctx, here: &Here<'_>, _a: NoArgs) -> Reply {
+    let ws = here.ws().to_path_buf();
     let mut out = String::new();
     match local_seeds(ctx, &ws) {
         Err(e) => {
@@ -619,8 +639,8 @@ pub async fn get_metrics(ctx: &Ctx, _a: NoArgs) -> Reply {
     Reply::ok(out)
 }
 
-pub async fn annotate_component(ctx: &Ctx, a: AnnotateArgs) -> Reply {
-    let ws = workspace(ctx);
+pub async fn annotate_component(ctx: &Ctx, here: &Here<'_>, a: AnnotateArgs) -> Reply {
+    let ws = here.ws().to_path_buf();
     let store = match ctx.store() {
         Ok(s) => s,
         Err(e) => return Reply::error(format!("annotate_component: {e}")),
@@ -668,7 +688,17 @@ pub async fn annotate_component(ctx: &Ctx, a: AnnotateArgs) -> Reply {
         let _ = writeln!(out, "details: {}", seed.details);
     }
     let place = component.unwrap_or_else(|| format!("{}{lines}", seed.file));
-    match a.mode.unwrap_or(Mode::Explain) {
+    render_notes(&mut out, &seed, &place, a.mode.unwrap_or(Mode::Explain));
+    if let Some(c) = a.context.filter(|c| !c.trim().is_empty()) {
+        let _ = writeln!(out, "Context: {c}");
+    }
+    out.push_str("Notes are built locally; no request was made.");
+    Reply::ok(out)
+}
+
+/// The why or how-to-fix notes of one local finding at `place`.
+fn render_notes(out: &mut String, seed: &Seed, place: &str, mode: Mode) {
+    match mode {
         Mode::Explain => {
             out.push_str("Why it matters:\n");
             let _ = writeln!(
@@ -713,11 +743,6 @@ pub async fn annotate_component(ctx: &Ctx, a: AnnotateArgs) -> Reply {
             );
         }
     }
-    if let Some(c) = a.context.filter(|c| !c.trim().is_empty()) {
-        let _ = writeln!(out, "Context: {c}");
-    }
-    out.push_str("Notes are built locally; no request was made.");
-    Reply::ok(out)
 }
 
 /// The code graph's size in one line, or why there is none.

@@ -1,4 +1,4 @@
-//! The tool registry (SPEC.md §Tools): each tool's name, description, argument type and
+//! Every tool (SPEC.md §Tool registry and the call path): its name, description, argument type and
 //! handler in one table, and the one path every call takes (workspace gate, schema check,
 //! outgoing guard, call log), whether it came over MCP or from `tool call`.
 
@@ -11,9 +11,11 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::calllog::{Entry, Via};
-use super::ctx::Ctx;
+use super::ctx::{Ctx, Here};
 use super::schema::{schema_of, validate};
+use crate::attachment::GateRefusal;
 use crate::guard::describe_args_for_log;
+use crate::ledger::claims::ClaimWord;
 
 /// How a call ended, for the call log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +39,41 @@ impl Outcome {
     }
 }
 
+/// What a call did beyond running, for the call log: whether a write was shared, and how a
+/// claim came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallResult {
+    /// Written locally and on the ledger.
+    Ok,
+    /// A verdict written, but the fix is pending.
+    Pending,
+    /// Kept locally; the ledger write did not happen.
+    NotShared,
+    /// No verdict applies (for example no fix is found in git).
+    NotApplied,
+    /// Nothing was written: the same finding is already open.
+    Duplicate,
+    /// Refused before anything was written.
+    Refused,
+    Error,
+    Claim(ClaimWord),
+}
+
+impl CallResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallResult::Ok => "ok",
+            CallResult::Pending => "pending",
+            CallResult::NotShared => "not_shared",
+            CallResult::NotApplied => "not_applied",
+            CallResult::Duplicate => "duplicate",
+            CallResult::Refused => "refused",
+            CallResult::Error => "error",
+            CallResult::Claim(w) => w.as_str(),
+        }
+    }
+}
+
 /// A tool's answer: one text block, an error flag, and what the call log records.
 #[derive(Clone, Debug)]
 pub struct Reply {
@@ -44,7 +81,7 @@ pub struct Reply {
     pub is_error: bool,
     pub outcome: Outcome,
     /// What the answer did beyond running (claim outcomes, mark_complete's result).
-    pub result: Option<&'static str>,
+    pub result: Option<CallResult>,
 }
 
 impl Reply {
@@ -64,7 +101,7 @@ impl Reply {
             result: None,
         }
     }
-    pub fn with_result(mut self, result: &'static str) -> Reply {
+    pub fn with_result(mut self, result: CallResult) -> Reply {
         self.result = Some(result);
         self
     }
@@ -92,10 +129,10 @@ macro_rules! registry {
             sends: $sends,
         }),*];
 
-        async fn dispatch(ctx: &Ctx, name: &str, args: Value) -> Reply {
+        async fn dispatch(ctx: &Ctx, here: &Here<'_>, name: &str, args: Value) -> Reply {
             match name {
                 $(stringify!($name) => match parse::<$args>(args) {
-                    Ok(a) => $handler(ctx, a).await,
+                    Ok(a) => $handler(ctx, here, a).await,
                     Err(e) => Reply::error(format!("{name}: invalid arguments: {e}")),
                 },)*
                 other => Reply::error(format!("unknown tool {other}; `metabob-mcp tool list` names them")),
@@ -170,7 +207,10 @@ pub async fn call(
             via,
             args: &described,
             outcome: reply.as_ref().map_or("cancelled", |r| r.outcome.as_str()),
-            result: reply.as_ref().and_then(|r| r.result),
+            result: reply
+                .as_ref()
+                .and_then(|r| r.result)
+                .map(CallResult::as_str),
             ms: started.elapsed().as_millis(),
         });
     }
@@ -179,27 +219,32 @@ pub async fn call(
 
 async fn gated(ctx: &Ctx, name: &str, args: Value) -> Reply {
     let Some(spec) = spec(name) else {
-        return dispatch(ctx, name, args).await;
+        return Reply::error(format!(
+            "unknown tool {name}; `metabob-mcp tool list` names them"
+        ));
     };
     if let Err(e) = validate(&Value::Object((spec.schema)()), &args, "") {
         return Reply::error(format!("{name}: invalid arguments: {e}"));
     }
     ctx.workspace.settle_roots().await;
-    // init_workspace with a path decides the workspace itself; every other call needs one.
-    let binds = name == "init_workspace" && args.get("workspace_path").is_some();
-    if !binds && let Err(e) = ctx.decide() {
-        return Reply::error(e.to_string());
+    // init_workspace with a path binds the workspace before it is decided.
+    if name == "init_workspace"
+        && let Some(path) = args.get("workspace_path").and_then(Value::as_str)
+        && let Err(e) = ctx.workspace.bind(path)
+    {
+        return Reply::error(format!("init_workspace: {e}"));
     }
+    let here = match ctx.here() {
+        Ok(h) => h,
+        Err(e) => return Reply::error(e.to_string()),
+    };
     if !spec.sends {
-        return dispatch(ctx, name, args).await;
+        return dispatch(ctx, &here, name, args).await;
     }
-    let session = ctx
-        .session()
-        .expect("a decided workspace derived the session");
-    match session.att.guard().check_input(name, &args) {
+    match here.session.att.guard().check_input(name, &args) {
         Err(refusal) => Reply::error(refusal.to_string()).outcome(Outcome::Refused),
         Ok(guarded) => {
-            let mut reply = dispatch(ctx, name, guarded.value).await;
+            let mut reply = dispatch(ctx, &here, name, guarded.value).await;
             for note in guarded.notes {
                 reply.text.push('\n');
                 reply.text.push_str(&note);
@@ -210,9 +255,9 @@ async fn gated(ctx: &Ctx, name: &str, args: Value) -> Reply {
 }
 
 /// The reply of a substrate-only tool whose gate refused.
-pub fn not_attached(tool: &str, cause: &str) -> Reply {
+pub fn not_attached(tool: &str, refusal: &GateRefusal) -> Reply {
     Reply::error(format!(
-        "{tool}: not attached: {cause}; nothing was sent (diagnose with `metabob-mcp attach --check`)"
+        "{tool}: not attached: {refusal}; nothing was sent (diagnose with `metabob-mcp attach --check`)"
     ))
     .outcome(Outcome::NotAttached)
 }
