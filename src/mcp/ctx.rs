@@ -93,12 +93,6 @@ impl Ctx {
         })
     }
 
-    /// The session, once a workspace was decided (every tool but `init_workspace` runs after
-    /// the decision).
-    pub fn session(&self) -> Option<&Session> {
-        self.session.get()
-    }
-
     pub fn session_id(&self) -> &str {
         &self.session_id
     }
