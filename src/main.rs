@@ -9,7 +9,19 @@ use metabob_mcp::env::Env;
 use metabob_mcp::error::Exit;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // clap exits 2 on a usage error; here 2 means "not attached", which a cell entrypoint
+        // acts on, so a mistyped command line is an ordinary failure. Help and version exit 0.
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                Exit::Failure.into()
+            } else {
+                Exit::Ok.into()
+            };
+        }
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
