@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::support::{Ledger, Output, TestEnv, git_daemon};
+use crate::support::{Ledger, Output, TestEnv, git_daemon, snapshot};
 
 struct World {
     env: TestEnv,
@@ -124,6 +124,34 @@ impl World {
         (out, v)
     }
 
+    /// `finding close` with its text report.
+    fn close_text(&self, work: &Path, extra: &[&str]) -> Output {
+        let w = work.display().to_string();
+        let mut args = vec!["finding", "close", "--work-dir", &w];
+        args.extend_from_slice(extra);
+        self.env.run(&args)
+    }
+
+    /// `task pull` with its text report.
+    fn pull_text(&self, cell: &str) -> Output {
+        let (task, work) = self.dirs(cell);
+        let (t, w) = (task.display().to_string(), work.display().to_string());
+        self.env.run(&[
+            "task",
+            "pull",
+            "--origin",
+            &self.url,
+            "--task-dir",
+            &t,
+            "--work-dir",
+            &w,
+        ])
+    }
+
+    fn snap(&self, out: &Output) -> String {
+        snapshot(out, &self.env)
+    }
+
     fn verdicts(&self) -> Vec<Value> {
         let key = serde_json::from_str::<Value>(
             &std::fs::read_to_string(self.env.home().join(".substrate/config.json")).unwrap(),
@@ -188,9 +216,8 @@ fn a_cell_pulls_fixes_pushes_and_closes_over_git_daemon() {
         "make a() return 2",
         "ref: main\nThe caller expects 2.",
     );
-    let (out, v) = w.pull("c1", &[]);
-    assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(v["status"], "pulled");
+    let (out, _) = w.pull("c1", &[]);
+    insta::assert_snapshot!("task_pull_pulled_json", w.snap(&out));
     let (task_dir, work) = w.dirs("c1");
     let task: Value =
         serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap())
@@ -210,7 +237,6 @@ fn a_cell_pulls_fixes_pushes_and_closes_over_git_daemon() {
             .unwrap()
             .contains("The caller expects 2.")
     );
-    assert_eq!(v["candidates"][0]["outcome"], "claimed");
 
     w.fix(&work, "a.py", &id, "a returns 2");
     let commits = task_dir.join("commits");
@@ -222,20 +248,22 @@ fn a_cell_pulls_fixes_pushes_and_closes_over_git_daemon() {
     w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let c = commits.display().to_string();
     let t = task_dir.join("task.json").display().to_string();
-    let (out, report) = w.close(&work, &["--commits-from", &c, "--task", &t]);
-    assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(outcome_of(&report, &id)["outcome"], "closed", "{report}");
-    assert_eq!(outcome_of(&report, &id)["via"], "commit");
+    let out = w.close_text(&work, &["--commits-from", &c, "--task", &t]);
+    insta::assert_snapshot!("finding_close_closed", w.snap(&out));
     assert_eq!(
         w.verdict_kinds().iter().filter(|k| *k == "fixed").count(),
         1
     );
     // Closing again writes nothing more; the next cell finds nothing open.
-    let (_, again) = w.close(&work, &["--commits-from", &c]);
-    assert_eq!(outcome_of(&again, &id)["outcome"], "not_open");
-    let (out, v) = w.pull("c2", &[]);
-    assert_eq!(out.code, 3, "{out:?}");
-    assert_eq!(v["status"], "nothing_open");
+    let (out, _) = w.close(&work, &["--commits-from", &c]);
+    insta::assert_snapshot!("finding_close_not_open_json", w.snap(&out));
+    assert_eq!(
+        w.verdict_kinds().iter().filter(|k| *k == "fixed").count(),
+        1
+    );
+    let (out, _) = w.pull("c2", &[]);
+    insta::assert_snapshot!("task_pull_nothing_open_json", w.snap(&out));
+    insta::assert_snapshot!("task_pull_nothing_open", w.snap(&w.pull_text("c3")));
 }
 
 #[test]
@@ -254,13 +282,8 @@ fn a_squash_merge_closes_through_the_trailer_line_in_its_body() {
     w.env.git(&work, &["commit", "-q", "-m", &format!("Squashed feature (#7)\n\n* b returns 3\n\nFixes-Finding: {id}\n\nReviewed-by: someone")]);
     w.env.git(&work, &["push", "-q", "origin", "main"]);
     let (out, report) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
-    assert_eq!(out.code, 0, "{out:?}");
+    insta::assert_snapshot!("finding_close_closed_via_trailer_json", w.snap(&out));
     let o = outcome_of(&report, &id);
-    assert_eq!(
-        (o["outcome"].as_str(), o["via"].as_str()),
-        (Some("closed"), Some("trailer")),
-        "{report}"
-    );
     assert_ne!(
         o["commit"],
         fix.as_str(),
@@ -278,20 +301,15 @@ fn a_revert_is_reported_and_a_reapplied_fix_closes() {
     w.env.git(&work, &["revert", "--no-edit", "HEAD"]);
     w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let range = format!("{fix}~1..{fix}");
-    let (_, report) = w.close(&work, &["--commits", &range]);
-    let o = outcome_of(&report, &id);
-    assert_eq!(o["outcome"], "reverted", "{report}");
+    let out = w.close_text(&work, &["--commits", &range]);
+    insta::assert_snapshot!("finding_close_reverted", w.snap(&out));
     assert!(w.fix_verdicts().is_empty(), "a reverted fix writes nothing");
     // Revert the revert: the fix is back, so it closes.
     w.env.git(&work, &["revert", "--no-edit", "HEAD"]);
     w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    let (_, report) = w.close(&work, &["--commits", &range]);
-    let o = outcome_of(&report, &id);
-    assert_eq!(
-        (o["outcome"].as_str(), o["via"].as_str()),
-        (Some("closed"), Some("reapplied")),
-        "{report}"
-    );
+    let out = w.close_text(&work, &["--commits", &range]);
+    insta::assert_snapshot!("finding_close_closed_via_reapplied", w.snap(&out));
+    assert_eq!(w.fix_verdicts(), vec!["fixed"]);
 }
 
 #[test]
@@ -310,13 +328,9 @@ fn a_cherry_pick_that_dropped_the_trailer_closes_by_patch_id() {
     w.env.git(&work, &["cherry-pick", "--no-commit", &fix]);
     w.env.git(&work, &["commit", "-q", "-m", "port x"]);
     w.env.git(&work, &["push", "-q", "origin", "main"]);
-    let (_, report) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
-    let o = outcome_of(&report, &id);
-    assert_eq!(
-        (o["outcome"].as_str(), o["via"].as_str()),
-        (Some("closed"), Some("patch-id")),
-        "{report}"
-    );
+    let out = w.close_text(&work, &["--commits", &format!("{fix}~1..{fix}")]);
+    insta::assert_snapshot!("finding_close_closed_via_patch_id", w.snap(&out));
+    assert_eq!(w.fix_verdicts(), vec!["fixed"]);
 }
 
 #[test]
@@ -336,10 +350,8 @@ fn under_review_a_task_branch_fix_is_pending_until_merged() {
         .git(&work, &["push", "-q", "origin", &format!("HEAD:{branch}")]);
     let t = task_dir.join("task.json").display().to_string();
     let range = format!("{fix}~1..{fix}");
-    let (_, report) = w.close(&work, &["--commits", &range, "--task", &t]);
-    let o = outcome_of(&report, &id);
-    assert_eq!(o["outcome"], "pending", "{report}");
-    assert_eq!(o["branches"], json!([branch]));
+    let out = w.close_text(&work, &["--commits", &range, "--task", &t]);
+    insta::assert_snapshot!("finding_close_pending", w.snap(&out));
     assert_eq!(w.fix_verdicts(), vec!["fix pending (awaiting merge)"]);
     // A pending fix is no open work for another cell.
     assert_eq!(w.pull("c2", &[]).0.code, 3);
@@ -406,6 +418,11 @@ fn unpushed_fixes_and_foreign_ids_are_reported_and_nothing_is_written() {
         "not_open",
         "{report}"
     );
+    // One finding a report, so the snapshots do not depend on the order of random ids.
+    let out = w.close_text(&work, &["--commits", &format!("{a}~1..{a}")]);
+    insta::assert_snapshot!("finding_close_unpushed", w.snap(&out));
+    let out = w.close_text(&work, &["--commits", &format!("{b}~1..{b}")]);
+    insta::assert_snapshot!("finding_close_not_open", w.snap(&out));
     assert!(w.fix_verdicts().is_empty());
 }
 
@@ -418,10 +435,34 @@ fn a_failed_fetch_writes_nothing() {
     let fix = w.fix(&work, "a.py", &id, "fix");
     w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
     std::fs::rename(&w.bare, w.env.path("moved.git")).unwrap();
-    let (out, _) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
-    assert_eq!(out.code, 1, "{out:?}");
-    assert!(out.stderr.contains("nothing was written"), "{out:?}");
+    let out = w.close_text(&work, &["--commits", &format!("{fix}~1..{fix}")]);
+    insta::assert_snapshot!("finding_close_fetch_failed", w.snap(&out));
     assert!(w.fix_verdicts().is_empty());
+}
+
+#[test]
+fn ambiguous_commits_and_a_foreign_task_file_are_refused_before_anything_is_sent() {
+    let w = world();
+    let id = w.record_task("a.py", "stays open", "");
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (task, work) = w.dirs("c1");
+    let fix = w.fix(&work, "a.py", &id, "fix");
+    w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let range = format!("{fix}~1..{fix}");
+    // Two sources of commits: neither is picked silently.
+    let both = w.close_text(&work, &["--commits-from", "/dev/null", "--commits", &range]);
+    insta::assert_snapshot!("finding_close_both_commit_sources", w.snap(&both));
+    // A task file that task pull did not write says so, instead of closing as someone else.
+    let foreign = task.join("task.json");
+    std::fs::write(&foreign, r#"{"task_id": "agf_x", "policy": {}}"#).unwrap();
+    let t = foreign.display().to_string();
+    let out = w.close_text(&work, &["--commits", &range, "--task", &t]);
+    insta::assert_snapshot!("finding_close_foreign_task_file", w.snap(&out));
+    assert!(w.fix_verdicts().is_empty(), "nothing was written");
+    // The same file breaks the heartbeat the same way.
+    let dir = task.display().to_string();
+    let out = w.env.run(&["task", "renew", "--task-dir", &dir]);
+    insta::assert_snapshot!("task_renew_foreign_task_file", w.snap(&out));
 }
 
 #[test]
@@ -429,22 +470,58 @@ fn a_refused_ref_is_withdrawn_and_the_pull_takes_another_task() {
     let w = world();
     let bad = w.record_task("a.py", "bad ref", "ref: -x;rm -rf");
     let good = w.record_task("b.py", "good task", "");
-    let (out, v) = w.pull("c1", &[]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let outcomes: Vec<(String, String)> = v["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["task_id"].as_str().unwrap().to_string(),
-                c["outcome"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    assert!(outcomes.contains(&(bad.clone(), "withdrawn".into())), "{v}");
-    assert_eq!(v["task"]["task_id"], good.as_str());
+    let out = w.pull_text("c1");
+    // The ids as recorded, so the snapshot names them in that order.
+    crate::support::seen(&w.env, &[&bad, &good]);
+    insta::assert_snapshot!("task_pull_bad_ref_withdrawn", w.snap(&out));
     assert!(w.verdict_kinds().contains(&"claim withdrawn".to_string()));
+}
+
+#[test]
+fn a_pull_into_a_used_directory_fails_before_anything_is_claimed() {
+    let w = world();
+    w.record_task("a.py", "stays open", "");
+    let (task, _) = w.dirs("c1");
+    std::fs::create_dir_all(&task).unwrap();
+    std::fs::write(task.join("leftover"), "from the last task").unwrap();
+    insta::assert_snapshot!("task_pull_used_directory", w.snap(&w.pull_text("c1")));
+    assert!(w.verdict_kinds().is_empty(), "nothing was claimed");
+    assert_eq!(w.pull("c2", &[]).0.code, 0, "the task is still open");
+}
+
+#[test]
+fn a_cell_without_a_ledger_is_told_it_is_not_attached() {
+    let env = TestEnv::new();
+    let (_, url) = env.origin("app", &[("a.py", "x = 1\n")]);
+    let (task, work) = (env.path("c1/task"), env.path("c1/work"));
+    let (t, w) = (task.display().to_string(), work.display().to_string());
+    let out = env.run(&[
+        "task",
+        "pull",
+        "--origin",
+        &url,
+        "--task-dir",
+        &t,
+        "--work-dir",
+        &w,
+    ]);
+    insta::assert_snapshot!("task_pull_not_attached", snapshot(&out, &env));
+    assert!(!work.join("a.py").exists(), "nothing was cloned");
+    let out = env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &url,
+        "--file",
+        "a.py",
+        "--summary",
+        "nowhere to go",
+        "--severity",
+        "LOW",
+        "--category",
+        "task",
+    ]);
+    insta::assert_snapshot!("finding_record_not_attached", snapshot(&out, &env));
 }
 
 #[test]
@@ -536,14 +613,16 @@ fn renew_keeps_the_claim_and_release_hands_the_task_to_the_next_cell() {
         "30",
         "--json",
     ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let v = json_out(&out);
-    assert_eq!(v["outcome"], "renewed");
+    insta::assert_snapshot!("task_renew_json", w.snap(&out));
+    let out = w
+        .env
+        .run(&["task", "renew", "--task-dir", &t, "--minutes", "30"]);
+    insta::assert_snapshot!("task_renew", w.snap(&out));
     // Held by c1: another cell must wait.
     let (out, v) = w.pull("c2", &[]);
-    assert_eq!(out.code, 4, "{out:?}");
-    assert_eq!(v["candidates"][0]["outcome"], "held");
     assert!(v["retry_after_seconds"].as_i64().unwrap() > 25 * 60, "{v}");
+    insta::assert_snapshot!("task_pull_try_later_json", w.snap(&out));
+    insta::assert_snapshot!("task_pull_try_later", w.snap(&w.pull_text("c2")));
     let out = w.env.run(&[
         "task",
         "release",
@@ -552,7 +631,7 @@ fn renew_keeps_the_claim_and_release_hands_the_task_to_the_next_cell() {
         "--reason",
         "the harness gave up",
     ]);
-    assert_eq!(out.code, 0, "{out:?}");
+    insta::assert_snapshot!("task_release", w.snap(&out));
     let withdrawal = w.verdicts().into_iter().find(|c| {
         c["content"]
             .as_str()
@@ -566,12 +645,15 @@ fn renew_keeps_the_claim_and_release_hands_the_task_to_the_next_cell() {
             .contains("reason: the harness gave up")
     );
     // Released: the next cell takes it at once, and c1 can no longer renew it.
-    let (out, v) = w.pull("c3", &[]);
-    assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(v["task"]["task_id"], id.as_str());
+    let out = w.pull_text("c3");
+    insta::assert_snapshot!("task_pull_pulled", w.snap(&out));
+    let (task_dir, _) = w.dirs("c3");
+    let task: Value =
+        serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap())
+            .unwrap();
+    assert_eq!(task["task_id"], id.as_str());
     let out = w.env.run(&["task", "renew", "--task-dir", &t]);
-    assert_eq!(out.code, 1, "{out:?}");
-    assert!(out.stderr.contains("holds this claim"), "{out:?}");
+    insta::assert_snapshot!("task_renew_not_held", w.snap(&out));
 }
 
 #[test]
@@ -592,17 +674,32 @@ fn recording_the_same_open_finding_twice_writes_once_unless_forced() {
         "--category",
         "task",
     ];
+    // The first id as recorded, so the snapshots name it first.
+    crate::support::seen(&w.env, &[&first]);
     let out = w.env.run(&args);
-    assert_eq!(out.code, 0, "{out:?}");
-    assert!(
-        out.stdout
-            .starts_with(&format!("Already recorded (open): {first}")),
-        "{out:?}"
-    );
+    insta::assert_snapshot!("finding_record_already_recorded", w.snap(&out));
     let mut forced = args.to_vec();
     forced.push("--force");
     let out = w.env.run(&forced);
-    assert!(out.stdout.starts_with("agf_"), "{out:?}");
+    insta::assert_snapshot!("finding_record_recorded", w.snap(&out));
+    let mut json = forced.clone();
+    json.push("--json");
+    let out = w.env.run(&json);
+    insta::assert_snapshot!("finding_record_recorded_json", w.snap(&out));
+    // Every argument the finding needs is required.
+    let out = w.env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &w.url,
+        "--summary",
+        "no file",
+        "--severity",
+        "LOW",
+        "--category",
+        "task",
+    ]);
+    insta::assert_snapshot!("finding_record_missing_file", w.snap(&out));
     // A secret in the details is refused before anything is sent.
     let out = w.env.run(&[
         "finding",
@@ -620,8 +717,7 @@ fn recording_the_same_open_finding_twice_writes_once_unless_forced() {
         "--details",
         "use DB_PASSWORD=hunter2 to log in",
     ]);
-    assert_eq!(out.code, 1, "{out:?}");
-    assert!(out.stderr.contains("outgoing_secret("), "{out:?}");
+    insta::assert_snapshot!("finding_record_refused_secret", w.snap(&out));
     assert!(!out.stderr.contains("hunter2"), "{out:?}");
 }
 

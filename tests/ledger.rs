@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Ledger, TestEnv, closed_port, wait_until};
+use crate::support::{Ledger, TestEnv, closed_port, snapshot, wait_until};
 
 /// One HTTP/1.1 exchange with `Connection: close`; the answer's status and JSON body
 /// (`Value::Null` when the body is not JSON).
@@ -145,6 +145,59 @@ fn first_start_writes_client_config_once() {
     );
     assert!(list[0].get("key").is_none(), "key list never shows a key");
     assert_eq!(std::fs::read_to_string(&path).expect("config"), text);
+}
+
+#[test]
+fn key_commands_show_a_key_once_and_list_and_revoke_by_id() {
+    let env = TestEnv::new();
+    let data = env.path("ledger-keys").display().to_string();
+    let out = env.run(&[
+        "ledger",
+        "key",
+        "create",
+        "--data",
+        &data,
+        "--org",
+        "acme",
+        "--scopes",
+        "read,write",
+        "--label",
+        "ci runner",
+    ]);
+    insta::assert_snapshot!("ledger_key_create", snapshot(&out, &env));
+    let out = env.run(&[
+        "ledger", "key", "create", "--data", &data, "--org", "acme", "--scopes", "read", "--json",
+    ]);
+    insta::assert_snapshot!("ledger_key_create_json", snapshot(&out, &env));
+    let second: Value = serde_json::from_str(&out.stdout).expect("key create --json");
+    let key_id = second["key_id"].as_str().expect("key_id").to_string();
+    let out = env.run(&["ledger", "key", "revoke", &key_id, "--data", &data]);
+    insta::assert_snapshot!("ledger_key_revoke", snapshot(&out, &env));
+    let out = env.run(&["ledger", "key", "revoke", &key_id, "--data", &data]);
+    insta::assert_snapshot!("ledger_key_revoke_again", snapshot(&out, &env));
+    let out = env.run(&[
+        "ledger",
+        "key",
+        "revoke",
+        "key_000000000000",
+        "--data",
+        &data,
+    ]);
+    insta::assert_snapshot!("ledger_key_revoke_unknown", snapshot(&out, &env));
+    let out = env.run(&["ledger", "key", "list", "--data", &data]);
+    insta::assert_snapshot!("ledger_key_list", snapshot(&out, &env));
+    let out = env.run(&["ledger", "key", "list", "--data", &data, "--json"]);
+    insta::assert_snapshot!("ledger_key_list_json", snapshot(&out, &env));
+    let out = env.run(&[
+        "ledger",
+        "key",
+        "create",
+        "--data",
+        &data,
+        "--scopes",
+        "read,root",
+    ]);
+    insta::assert_snapshot!("ledger_key_create_bad_scope", snapshot(&out, &env));
 }
 
 #[test]

@@ -19,7 +19,7 @@ use rmcp::service::{RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::support::{TestEnv, wait_until};
+use crate::support::{TestEnv, normalize, snapshot, wait_until};
 
 #[derive(Clone, Default)]
 struct Client {
@@ -96,9 +96,25 @@ impl Session {
         (text, r.is_error.unwrap_or(false))
     }
 
+    /// Calls a tool and returns its reply as a snapshot shows it (see [`shown`]).
+    async fn shown(&self, env: &TestEnv, name: &str, args: Value) -> String {
+        let (text, err) = self.call(name, args).await;
+        shown(&text, err, env)
+    }
+
     async fn ok(&self, name: &str, args: Value) -> String {
         let (text, err) = self.call(name, args).await;
         assert!(!err, "{name} failed: {text}");
+        text
+    }
+}
+
+/// A tool reply as its snapshot shows it: normalised, and marked when it is an error.
+fn shown(text: &str, is_error: bool, env: &TestEnv) -> String {
+    let text = normalize(text, env);
+    if is_error {
+        format!("[tool error]\n{text}")
+    } else {
         text
     }
 }
@@ -172,46 +188,45 @@ async fn detached_local_tools_work_and_substrate_halves_name_the_cause() {
     let s = Session::start(&env, &ws, Client::default()).await;
 
     let init = s
-        .ok(
+        .shown(
+            &env,
             "init_workspace",
             json!({"recently_changed_files": ["a.py"]}),
         )
         .await;
-    assert!(init.contains("4 files"), "{init}");
-    assert!(init.contains("1 co-change neighbours"), "{init}");
-    assert!(
-        init.contains("No file content was sent off the machine"),
-        "{init}"
-    );
-
-    let found = s.ok("search_codebase", json!({"query": "helper"})).await;
-    assert!(found.contains("function helper (b.py:1-2)"), "{found}");
-
+    insta::assert_snapshot!("detached_init_workspace", init);
+    let found = s
+        .shown(&env, "search_codebase", json!({"query": "helper"}))
+        .await;
+    insta::assert_snapshot!("detached_search_codebase", found);
     let co = s
-        .ok("predict_cochanges", json!({"changed_files": ["a.py"]}))
+        .shown(
+            &env,
+            "predict_cochanges",
+            json!({"changed_files": ["a.py"]}),
+        )
         .await;
-    assert!(co.contains("- b.py (confidence 1.00, 4 commits)"), "{co}");
-    assert!(!co.contains("c.py"), "{co}");
-
+    insta::assert_snapshot!("detached_predict_cochanges", co);
     let impact = s
-        .ok("analyze_impact", json!({"changed_files": ["b.py"]}))
+        .shown(&env, "analyze_impact", json!({"changed_files": ["b.py"]}))
         .await;
-    assert!(impact.contains("function run"), "{impact}");
-    assert!(impact.contains("test_a.py [test]"), "{impact}");
+    insta::assert_snapshot!("detached_analyze_impact", impact);
     let no_tests = s
-        .ok(
+        .shown(
+            &env,
             "analyze_impact",
             json!({"changed_files": ["b.py"], "include_tests": false}),
         )
         .await;
-    assert!(!no_tests.contains("test_a.py"), "{no_tests}");
-
+    insta::assert_snapshot!("detached_analyze_impact_without_tests", no_tests);
     let assign = s
-        .ok("assign_git_changes", json!({"changed_files": ["a.py"]}))
+        .shown(
+            &env,
+            "assign_git_changes",
+            json!({"changed_files": ["a.py"]}),
+        )
         .await;
-    assert!(assign.contains("a.py: module <module>"), "{assign}");
-    assert!(assign.contains("function run"), "{assign}");
-    assert!(assign.contains("- b.py (confidence 1.00"), "{assign}");
+    insta::assert_snapshot!("detached_assign_git_changes", assign);
 
     let rec = s
         .ok(
@@ -220,7 +235,7 @@ async fn detached_local_tools_work_and_substrate_halves_name_the_cause() {
                    "category": "correctness", "line_start": 1, "line_end": 2}),
         )
         .await;
-    assert!(rec.contains("Not shared: not_configured"), "{rec}");
+    insta::assert_snapshot!("detached_record_finding", normalize(&rec, &env));
     let id = rec
         .split_whitespace()
         .nth(1)
@@ -229,77 +244,60 @@ async fn detached_local_tools_work_and_substrate_halves_name_the_cause() {
         .to_string();
     assert!(id.starts_with("agf_"), "{rec}");
 
-    let problems = s.ok("get_problems", json!({})).await;
-    assert!(
-        problems.starts_with(
-            "Open findings: 1 (1 in the local store; recall did not run: not_configured"
-        ),
-        "{problems}"
-    );
-    assert!(problems.contains(&id), "{problems}");
-
+    let problems = s.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("detached_get_problems", problems);
     let dup = s
-        .ok(
+        .shown(
+            &env,
             "record_finding",
             json!({"files": ["b.py"], "summary": "Helper returns a constant!", "severity": "LOW", "category": "x"}),
         )
         .await;
-    assert!(
-        dup.starts_with(&format!("Already recorded (open): {id}")),
-        "{dup}"
-    );
-
+    insta::assert_snapshot!("detached_record_finding_duplicate", dup);
     let notes = s
-        .ok(
+        .shown(
+            &env,
             "annotate_component",
             json!({"problem_id": id, "mode": "recommend"}),
         )
         .await;
-    assert!(notes.contains("component: function helper"), "{notes}");
-    assert!(notes.contains(&format!("Fixes-Finding: {id}")), "{notes}");
-    let (missing, err) = s
-        .call("annotate_component", json!({"problem_id": "agf_nope"}))
+    insta::assert_snapshot!("detached_annotate_component", notes);
+    let missing = s
+        .shown(
+            &env,
+            "annotate_component",
+            json!({"problem_id": "agf_nope"}),
+        )
         .await;
-    assert!(
-        err && missing.contains("not in the local store"),
-        "{missing}"
-    );
-
-    let metrics = s.ok("get_metrics", json!({})).await;
-    assert!(
-        metrics.contains("Open findings in the local store: 1 (1 agent-recorded, 0 other)"),
-        "{metrics}"
-    );
-    assert!(metrics.contains("By severity: HIGH 1"), "{metrics}");
-
+    insta::assert_snapshot!("detached_annotate_component_unknown_id", missing);
+    let metrics = s.shown(&env, "get_metrics", json!({})).await;
+    insta::assert_snapshot!("detached_get_metrics", metrics);
     let ctx = s
-        .ok(
+        .shown(
+            &env,
             "get_analysis_context",
             json!({"recently_changed_files": ["a.py"]}),
         )
         .await;
-    assert!(
-        ctx.starts_with("Attachment: not attached: not_configured"),
-        "{ctx}"
-    );
-    assert!(ctx.contains("from the launch directory"), "{ctx}");
-
-    let (claim, err) = s.call("claim_finding", json!({"problem_id": id})).await;
-    assert!(
-        err && claim.contains("not attached: not_configured"),
-        "{claim}"
-    );
+    insta::assert_snapshot!("detached_get_analysis_context", ctx);
+    let claim = s
+        .shown(&env, "claim_finding", json!({"problem_id": id}))
+        .await;
+    insta::assert_snapshot!("detached_claim_finding", claim);
 
     // An uncommitted change in the finding's file: pending, nothing retired.
     std::fs::write(ws.join("b.py"), "def helper():\n    return compute()\n").expect("edit");
-    let pending = s.ok("mark_complete", json!({"problem_id": id})).await;
-    assert!(pending.contains("fix pending (uncommitted)"), "{pending}");
+    let pending = s
+        .shown(&env, "mark_complete", json!({"problem_id": id}))
+        .await;
+    insta::assert_snapshot!("detached_mark_complete_uncommitted", pending);
     assert!(s.ok("get_problems", json!({})).await.contains(&id));
     // Committed (no origin remote: nothing to push to): fixed, and retired locally.
     env.git(&ws, &["commit", "-qam", "fix helper"]);
-    let done = s.ok("mark_complete", json!({"problem_id": id})).await;
-    assert!(done.contains("verdict: fixed, not shared"), "{done}");
-    assert!(done.contains("1 local seeds retired"), "{done}");
+    let done = s
+        .shown(&env, "mark_complete", json!({"problem_id": id}))
+        .await;
+    insta::assert_snapshot!("detached_mark_complete_fixed", done);
     assert!(!s.ok("get_problems", json!({})).await.contains(&id));
 }
 
@@ -308,44 +306,28 @@ async fn invalid_input_is_a_tool_error_not_a_crash() {
     let env = TestEnv::new();
     let s = Session::start(&env, &env.cwd(), Client::default()).await;
     let cases = [
-        ("predict_cochanges", json!({}), "changed_files: required"),
-        (
-            "predict_cochanges",
-            json!({"changed_files": "a.py"}),
-            "changed_files: expected",
-        ),
-        (
-            "get_problems",
-            json!({"limit": 101}),
-            "limit: must be at most 100",
-        ),
+        ("predict_cochanges", json!({})),
+        ("predict_cochanges", json!({"changed_files": "a.py"})),
+        ("get_problems", json!({"limit": 101})),
         (
             "record_finding",
             json!({"files": ["a"], "summary": "s", "category": "c", "severity": "URGENT"}),
-            "severity",
         ),
-        (
-            "mark_complete",
-            json!({"problem_id": "BUG-1"}),
-            "nothing was recorded",
-        ),
+        ("mark_complete", json!({"problem_id": "BUG-1"})),
         (
             "mark_complete",
             json!({"problem_id": "agf_1", "fix_commit": "xyz"}),
-            "not a commit id",
         ),
-        (
-            "init_workspace",
-            json!({"workspace_path": "/no/such/dir"}),
-            "not an existing directory",
-        ),
-        ("no_such_tool", json!({}), "unknown tool"),
+        ("init_workspace", json!({"workspace_path": "/no/such/dir"})),
+        ("no_such_tool", json!({})),
     ];
-    for (tool, args, want) in cases {
+    let mut replies = String::new();
+    for (tool, args) in cases {
         let (text, err) = s.call(tool, args.clone()).await;
         assert!(err, "{tool} {args}: {text}");
-        assert!(text.contains(want), "{tool} {args}: {text}");
+        replies.push_str(&format!("{tool} {args}\n{}\n\n", normalize(&text, &env)));
     }
+    insta::assert_snapshot!("invalid_input_replies", replies);
     // The server is still there.
     assert!(!s.call("get_metrics", json!({})).await.1);
 }
@@ -360,19 +342,19 @@ async fn the_workspace_comes_from_roots_and_the_plugin_folder_is_none() {
     env.set("PLUGIN_ROOT", plugin.display().to_string());
 
     let s = Session::start(&env, &plugin, Client::default()).await;
-    let (text, err) = s.call("get_problems", json!({})).await;
-    assert!(err && text.starts_with("workspace_undetermined"), "{text}");
-    let (text, err) = s
-        .call("init_workspace", json!({"workspace_path": "."}))
+    let text = s.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("roots_plugin_folder_get_problems", text);
+    let text = s
+        .shown(&env, "init_workspace", json!({"workspace_path": "."}))
         .await;
-    assert!(err && text.contains("workspace_undetermined"), "{text}");
+    insta::assert_snapshot!("roots_plugin_folder_init_workspace", text);
     s.ok(
         "init_workspace",
         json!({"workspace_path": ws.display().to_string()}),
     )
     .await;
-    let ctx = s.ok("get_analysis_context", json!({})).await;
-    assert!(ctx.contains("(from init_workspace)"), "{ctx}");
+    let ctx = s.shown(&env, "get_analysis_context", json!({})).await;
+    insta::assert_snapshot!("roots_context_from_init_workspace", ctx);
 
     // A client that declares roots: its first file: root is the workspace, by real path.
     let link = env.path("link");
@@ -383,15 +365,8 @@ async fn the_workspace_comes_from_roots_and_the_plugin_folder_is_none() {
     ]);
     let roots = client.roots.clone().expect("declared");
     let s = Session::start(&env, &plugin, client).await;
-    let ctx = s.ok("get_analysis_context", json!({})).await;
-    let real = std::fs::canonicalize(&ws).expect("real path");
-    assert!(
-        ctx.contains(&format!(
-            "Workspace: {} (from the client's first root)",
-            real.display()
-        )),
-        "{ctx}"
-    );
+    let ctx = s.shown(&env, "get_analysis_context", json!({})).await;
+    insta::assert_snapshot!("roots_context_from_first_root", ctx);
 
     // roots/list_changed moves the workspace, never the identity.
     let other = env.path("other");
@@ -415,10 +390,7 @@ async fn the_workspace_comes_from_roots_and_the_plugin_folder_is_none() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(ctx.contains(&moved), "{ctx}");
-    assert!(
-        ctx.contains(&format!("Identity derived from: {}", real.display())),
-        "{ctx}"
-    );
+    insta::assert_snapshot!("roots_context_after_roots_changed", normalize(&ctx, &env));
 }
 
 #[tokio::test]
@@ -452,82 +424,68 @@ async fn findings_tools_share_through_the_ledger() {
             json!({"files": ["a.py"], "summary": "a returns a constant", "severity": "MEDIUM", "category": "correctness"}),
         )
         .await;
-    assert!(
-        rec.contains("Shared on the ledger as concept concept_"),
-        "{rec}"
-    );
+    insta::assert_snapshot!("shared_record_finding", normalize(&rec, &env));
     let id = rec.split_whitespace().nth(1).expect("id").to_string();
 
     // The other checkout sees it, and its duplicate check finds it.
-    let seen = b.ok("get_problems", json!({})).await;
-    assert!(
-        seen.starts_with("Open findings: 1 (0 in the local store, 1 recorded by agents"),
-        "{seen}"
-    );
-    assert!(seen.contains(&id), "{seen}");
+    let seen = b.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("shared_get_problems_from_the_other_checkout", seen);
     let dup = b
-        .ok(
+        .shown(
+            &env,
             "record_finding",
             json!({"files": ["a.py"], "summary": "A returns a constant.", "severity": "LOW", "category": "c"}),
         )
         .await;
-    assert!(dup.contains("Already recorded (open): concept_"), "{dup}");
-    let mine = a.ok("get_problems", json!({})).await;
-    assert!(mine.contains("; 1 in both"), "{mine}");
+    insta::assert_snapshot!("shared_record_finding_duplicate", dup);
+    let mine = a.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("shared_get_problems_local_and_shared", mine);
 
     // Claims: one holder; the other is told who.
     let claimed = b
-        .ok("claim_finding", json!({"problem_id": id, "minutes": 30}))
+        .shown(
+            &env,
+            "claim_finding",
+            json!({"problem_id": id, "minutes": 30}),
+        )
         .await;
-    assert!(claimed.starts_with("Claimed"), "{claimed}");
-    let held = a.ok("claim_finding", json!({"problem_id": id})).await;
-    assert!(held.contains("vessel-two holds"), "{held}");
-    let (renew, err) = a
-        .call(
+    insta::assert_snapshot!("shared_claim_finding", claimed);
+    let held = a
+        .shown(&env, "claim_finding", json!({"problem_id": id}))
+        .await;
+    insta::assert_snapshot!("shared_claim_finding_held_by_another", held);
+    let renew = a
+        .shown(
+            &env,
             "claim_finding",
             json!({"problem_id": id, "action": "renew"}),
         )
         .await;
-    assert!(err && renew.contains("Refused"), "{renew}");
-    assert!(
-        a.ok("get_problems", json!({}))
-            .await
-            .contains("[claimed by vessel-two until")
-    );
+    insta::assert_snapshot!("shared_claim_finding_renew_refused", renew);
+    let board = a.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("shared_get_problems_claimed_by_another", board);
 
     // The fix: committed but unpushed is pending; pushed, it closes, seeds retire, recall shows it.
     std::fs::write(one.join("a.py"), "def a():\n    return compute()\n").expect("edit");
     env.git(&one, &["commit", "-qam", "fix a"]);
-    let pending = a.ok("mark_complete", json!({"problem_id": id})).await;
-    assert!(
-        pending.contains("verdict: fix pending (unpushed)"),
-        "{pending}"
-    );
-    assert!(pending.contains("Nothing local was retired"), "{pending}");
+    let pending = a
+        .shown(&env, "mark_complete", json!({"problem_id": id}))
+        .await;
+    insta::assert_snapshot!("shared_mark_complete_unpushed", pending);
     env.git(&one, &["push", "-q", "origin", "main"]);
     let sha = env.git(&one, &["rev-parse", "HEAD"]);
     let done = a.ok("mark_complete", json!({"problem_id": id})).await;
-    assert!(done.contains("verdict: fixed"), "{done}");
     assert!(done.contains(&format!("fix: commit {sha}")), "{done}");
-    assert!(done.contains("claim: claimed by vessel-two"), "{done}");
-    assert!(done.contains("1 local seeds retired"), "{done}");
-    let after = b.ok("get_problems", json!({})).await;
-    assert!(after.starts_with("Open findings: 0"), "{after}");
-    assert!(
-        after.contains(&format!(
-            "[FIXED in {}] — the fix is not in this checkout's HEAD",
-            &sha[..12]
-        )),
-        "{after}"
-    );
+    insta::assert_snapshot!("shared_mark_complete_fixed", normalize(&done, &env));
+    let after = b.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("shared_get_problems_fixed_elsewhere", after);
     env.git(&two, &["pull", "-q"]);
-    assert!(
-        b.ok("get_problems", json!({}))
-            .await
-            .contains(&format!("[FIXED in {}]\n", &sha[..12]))
-    );
-    let (closed, _) = b.call("claim_finding", json!({"problem_id": id})).await;
-    assert!(closed.contains("is closed"), "{closed}");
+    let after = b.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("shared_get_problems_fixed_here", after);
+    let closed = b
+        .shown(&env, "claim_finding", json!({"problem_id": id}))
+        .await;
+    insta::assert_snapshot!("shared_claim_finding_closed", closed);
 
     // The fleet case: b records, a discards it by the concept id recall shows; b's next recall
     // retires b's own seed.
@@ -537,7 +495,10 @@ async fn findings_tools_share_through_the_ledger() {
             json!({"files": ["b.py"], "summary": "x is never read", "severity": "LOW", "category": "style"}),
         )
         .await;
-    let b_id = rec.split_whitespace().nth(1).expect("id").to_string();
+    insta::assert_snapshot!(
+        "shared_record_finding_other_checkout",
+        normalize(&rec, &env)
+    );
     let concept = rec
         .split_whitespace()
         .find(|w| w.starts_with("concept_"))
@@ -545,24 +506,17 @@ async fn findings_tools_share_through_the_ledger() {
         .trim_end_matches(',')
         .to_string();
     let discarded = a
-        .ok(
+        .shown(
+            &env,
             "mark_complete",
             json!({"problem_id": concept, "action": "discard"}),
         )
         .await;
-    assert!(discarded.contains("origin remote"), "{discarded}");
-    assert!(
-        discarded.contains("Nothing local was retired"),
-        "{discarded}"
-    );
-    let after = b.ok("get_problems", json!({})).await;
-    assert!(after.contains("x is never read [RETRACTED]"), "{after}");
-    assert!(!after.contains(&format!("- {b_id} [LOW]")), "{after}");
-    let metrics = b.ok("get_metrics", json!({})).await;
-    assert!(
-        metrics.contains("Open findings in the local store: 0"),
-        "{metrics}"
-    );
+    insta::assert_snapshot!("shared_mark_complete_discard", discarded);
+    let after = b.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("shared_get_problems_retracted", after);
+    let metrics = b.shown(&env, "get_metrics", json!({})).await;
+    insta::assert_snapshot!("shared_get_metrics", metrics);
 
     // Tasks are listed apart, the next move first.
     let task = a
@@ -571,22 +525,20 @@ async fn findings_tools_share_through_the_ledger() {
             json!({"files": ["b.py"], "summary": "rename x", "severity": "MEDIUM", "category": "task"}),
         )
         .await;
+    insta::assert_snapshot!("shared_record_task", normalize(&task, &env));
     let task_id = task.split_whitespace().nth(1).expect("id").to_string();
-    let board = b.ok("get_problems", json!({})).await;
-    assert!(board.starts_with("Open findings: 0 ("), "{board}");
-    assert!(board.contains("; 1 open tasks, listed apart"), "{board}");
-    assert!(
-        board.contains(
-            "Tasks (1 open: 0 yours, 1 unclaimed, 0 claimed by others, 0 with a fix pending)"
-        ),
-        "{board}"
-    );
-    b.ok("claim_finding", json!({"problem_id": task_id})).await;
-    let board = b.ok("get_problems", json!({})).await;
-    assert!(board.contains("Tasks (1 open: 1 yours,"), "{board}");
-    assert!(board.contains("[claimed by this checkout until"), "{board}");
-    let board = a.ok("get_problems", json!({"category": ["task"]})).await;
-    assert!(board.starts_with("Open findings: 1 (1 in the local store, 1 recorded by agents on this codebase; 1 in both)"), "{board}");
+    let board = b.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("shared_get_problems_with_a_task", board);
+    let claimed = b
+        .shown(&env, "claim_finding", json!({"problem_id": task_id}))
+        .await;
+    insta::assert_snapshot!("shared_claim_task", claimed);
+    let board = b.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("shared_get_problems_with_a_claimed_task", board);
+    let board = a
+        .shown(&env, "get_problems", json!({"category": ["task"]}))
+        .await;
+    insta::assert_snapshot!("shared_get_problems_tasks_only", board);
 }
 
 #[tokio::test]
@@ -602,16 +554,10 @@ async fn the_guard_refuses_a_secret_before_anything_is_stored() {
             json!({"files": ["a.py"], "summary": format!("token {token} leaks"), "severity": "LOW", "category": "security"}),
         )
         .await;
-    assert!(
-        err && text.contains("record_finding: refused: outgoing_secret("),
-        "{text}"
-    );
     assert!(!text.contains(&token));
-    assert!(
-        s.ok("get_problems", json!({}))
-            .await
-            .contains("Open findings: 0")
-    );
+    insta::assert_snapshot!("guard_refused_record_finding", shown(&text, err, &env));
+    let problems = s.shown(&env, "get_problems", json!({})).await;
+    insta::assert_snapshot!("guard_get_problems_after_refusal", problems);
 }
 
 #[tokio::test]
@@ -661,15 +607,15 @@ async fn a_restarted_server_answers_from_the_persisted_index_until_a_file_change
         .ok("analyze_impact", json!({"changed_files": ["b.py"]}))
         .await;
     assert!(impact.contains("function run"), "{impact}");
-    let again = s.ok("init_workspace", json!({})).await;
-    assert!(again.contains("nothing was re-parsed"), "{again}");
+    let again = s.shown(&env, "init_workspace", json!({})).await;
+    insta::assert_snapshot!("persisted_index_reused", again);
     drop(s);
     std::fs::write(ws.join("c.py"), "def other():\n    return 5  # grown\n").expect("edit");
     let s = Session::start(&env, &ws, Client::default()).await;
-    let (text, err) = s
-        .call("analyze_impact", json!({"changed_files": ["b.py"]}))
+    let text = s
+        .shown(&env, "analyze_impact", json!({"changed_files": ["b.py"]}))
         .await;
-    assert!(err && text.contains("run init_workspace first"), "{text}");
+    insta::assert_snapshot!("persisted_index_stale", text);
 }
 
 #[test]
@@ -677,11 +623,11 @@ fn tool_call_from_a_shell_gives_the_mcp_answer() {
     let env = TestEnv::new();
     project(&env, &env.cwd());
     let out = env.run(&["tool", "list"]);
-    assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(
         out.stdout.lines().count(),
         metabob_mcp::mcp::tools::TOOLS.len()
     );
+    insta::assert_snapshot!("tool_list", snapshot(&out, &env));
     let out = env.run(&[
         "tool",
         "call",
@@ -690,26 +636,27 @@ fn tool_call_from_a_shell_gives_the_mcp_answer() {
         r#"{"changed_files":["a.py"]}"#,
         "--json",
     ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let v: Value = serde_json::from_str(&out.stdout).expect("json");
-    assert_eq!(v["isError"], false);
-    assert!(
-        v["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("- b.py (confidence 1.00")
-    );
+    insta::assert_snapshot!("tool_call_json", snapshot(&out, &env));
+    let out = env.run(&[
+        "tool",
+        "call",
+        "predict_cochanges",
+        "--args",
+        r#"{"changed_files":["a.py"]}"#,
+    ]);
+    insta::assert_snapshot!("tool_call", snapshot(&out, &env));
+    let out = env.run(&[
+        "tool",
+        "call",
+        "annotate_component",
+        "--args",
+        r#"{"problem_id":"agf_nope"}"#,
+    ]);
+    insta::assert_snapshot!("tool_call_tool_error", snapshot(&out, &env));
     let out = env.run(&["tool", "call", "get_problems", "--args", "[1]"]);
-    assert_eq!(out.code, 1);
-    assert!(
-        out.stderr.contains("--args must be a JSON object"),
-        "{out:?}"
-    );
+    insta::assert_snapshot!("tool_call_args_not_an_object", snapshot(&out, &env));
     let out = env.run(&["tool", "call", "nope"]);
-    assert!(
-        out.code == 1 && out.stderr.contains("no tool named nope"),
-        "{out:?}"
-    );
+    insta::assert_snapshot!("tool_call_unknown_tool", snapshot(&out, &env));
 }
 
 /// Reads one JSON-RPC line from the server's stdout.
@@ -808,48 +755,74 @@ fn a_cancelled_call_gets_no_answer_and_the_server_goes_on() {
     let mut env = TestEnv::new();
     let log = env.path("calls.jsonl");
     env.set("METABOB_CALL_LOG", log.display().to_string());
-    // Enough code that indexing is still running when the cancellation arrives.
-    for i in 0..1500 {
-        let dir = env.cwd().join(format!("pkg{}", i % 30));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let body: String = (0..60)
-            .map(|j| format!("def f{i}_{j}(x):\n    return g{j}(x) + h(x)\n\n"))
-            .collect();
-        std::fs::write(dir.join(format!("m{i}.py")), body).expect("write");
-    }
+    let cache = env.path("cache");
+    env.set("METABOB_CACHE_DIR", cache.display().to_string());
+    project(&env, &env.cwd());
+    // init_workspace reads the persisted index first. Here it is a FIFO: the read blocks until
+    // the test writes, so the call is provably still running when its cancellation arrives.
+    let real = std::fs::canonicalize(env.cwd()).expect("real path");
+    let fifo = Ctx::new(Env::new(env.vars.clone(), env.cwd()), false)
+        .index_cache_path(&real)
+        .expect("a cache path under METABOB_CACHE_DIR");
+    std::fs::create_dir_all(fifo.parent().expect("parent")).expect("cache dir");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    // Opening a FIFO to write returns once a reader has it open: the call is then blocked.
+    let (opened, reading) = std::sync::mpsc::channel();
+    let writer_path = fifo.clone();
+    std::thread::spawn(move || {
+        let w = std::fs::OpenOptions::new().write(true).open(&writer_path);
+        let _ = opened.send(w);
+    });
+
     let (mut raw, _) = Raw::start(&env, &["serve"]);
     raw.call(2, "init_workspace");
+    let mut writer = reading
+        .recv_timeout(Duration::from_secs(30))
+        .expect("init_workspace opened the persisted index")
+        .expect("open the FIFO to write");
     raw.send(
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": 2, "reason": "test"}}),
     );
-    raw.call(3, "get_problems");
+    let logged = |tool: &str| -> Option<Value> {
+        std::fs::read_to_string(&log)
+            .ok()?
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["tool"] == tool)
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || logged("init_workspace")
+            .is_some()),
+        "the cancelled call was never logged"
+    );
+    assert_eq!(
+        logged("init_workspace").expect("logged")["outcome"],
+        "cancelled"
+    );
+    // Only now may the read finish: what it reads is no index, so the parse starts, and stops
+    // after its first file because the call was cancelled.
+    writer.write_all(b"not an index").expect("write the FIFO");
+    drop(writer);
+    raw.call(3, "get_metrics");
     let next = read_line(&mut raw.stdout);
     assert_eq!(next["id"], 3, "{next}");
-    // The parse stopped with the call: the graph holds what was parsed by then (none, when the
-    // cancellation came before the parse began), never the whole tree.
-    raw.call(4, "get_metrics");
-    let metrics = read_line(&mut raw.stdout);
-    assert_eq!(metrics["id"], 4, "{metrics}");
-    let text = metrics["result"]["content"][0]["text"]
+    let text = next["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_default();
-    assert!(
-        text.contains("import edges (partial).") || text.contains("No code graph"),
-        "{text}"
+    insta::assert_snapshot!(
+        "cancelled_init_workspace_then_get_metrics",
+        normalize(text, &env)
     );
     let (rest, _) = raw.finish();
     assert!(
         !rest.contains("\"id\":2"),
         "the cancelled call was answered: {rest}"
     );
-    let calls = std::fs::read_to_string(&log).expect("call log");
-    let init: Value = calls
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("json line"))
-        .find(|v| v["tool"] == "init_workspace")
-        .expect("the cancelled call is logged");
-    assert_eq!(init["outcome"], "cancelled", "{calls}");
 }
 
 #[test]

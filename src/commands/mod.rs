@@ -84,6 +84,8 @@ pub(crate) fn cell_error(context: &str, e: crate::cell::CellError) -> crate::err
     use crate::error::CliError;
     match e {
         CellError::NotAttached(line) => CliError::not_attached(line),
+        // The guard's refusal already names the command it refused for.
+        CellError::Outgoing(refusal) => CliError::failure(refusal.to_string()),
         other => CliError::failure(format!("{context}: {other}")),
     }
 }

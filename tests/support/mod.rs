@@ -6,13 +6,19 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod normalize;
+pub use normalize::{layout, normalize, seen, snapshot};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_metabob-mcp");
 
 pub struct TestEnv {
     pub root: tempfile::TempDir,
     pub vars: Vec<(String, String)>,
+    /// The ids snapshots of this test have named so far (see `normalize`).
+    ids: Mutex<normalize::Ids>,
 }
 
 impl TestEnv {
@@ -44,7 +50,22 @@ impl TestEnv {
             // The OS store is not under test, and reading it costs time on every process.
             ("METABOB_NO_SYSTEM_CA".into(), "1".into()),
         ];
-        TestEnv { root, vars }
+        TestEnv {
+            root,
+            vars,
+            ids: Mutex::default(),
+        }
+    }
+
+    /// The test root as printed: as created, and with symlinks resolved.
+    pub fn roots(&self) -> Vec<String> {
+        let mut roots = vec![self.root.path().display().to_string()];
+        if let Ok(real) = std::fs::canonicalize(self.root.path()) {
+            roots.push(real.display().to_string());
+        }
+        roots.sort_by_key(|r| std::cmp::Reverse(r.len()));
+        roots.dedup();
+        roots
     }
 
     pub fn home(&self) -> PathBuf {
@@ -110,11 +131,7 @@ impl From<std::process::Output> for Output {
 
 impl std::fmt::Debug for Output {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
+        f.write_str(&layout(self))
     }
 }
 
@@ -237,35 +254,6 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     false
-}
-
-/// Makes output stable for snapshots: the test root, ports, ids and key tails.
-pub fn normalize(text: &str, env: &TestEnv) -> String {
-    let root = env.root.path().display().to_string();
-    let mut s = text.replace(&root, "[ROOT]");
-    for prefix in ["127.0.0.1:", "localhost:"] {
-        s = replace_after(&s, prefix, |c| c.is_ascii_digit(), "[PORT]");
-    }
-    for prefix in ["org_", "key_", "concept_"] {
-        s = replace_after(&s, prefix, |c| c.is_ascii_hexdigit(), "[ID]");
-    }
-    replace_after(&s, "…", |c| c.is_ascii_alphanumeric() || c == '_', "[KEY]")
-}
-
-fn replace_after(s: &str, prefix: &str, take: impl Fn(char) -> bool, with: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find(prefix) {
-        out.push_str(&rest[..i + prefix.len()]);
-        rest = &rest[i + prefix.len()..];
-        let n = rest.find(|c: char| !take(c)).unwrap_or(rest.len());
-        if n > 0 {
-            out.push_str(with);
-        }
-        rest = &rest[n..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// A one-shot HTTP server on loopback answering every request with `status`, `content_type`
