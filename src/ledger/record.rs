@@ -49,7 +49,10 @@ impl FindingDraft {
     ) -> NewFinding {
         NewFinding {
             finding_ids: self.files.iter().map(|_| new_finding_id()).collect(),
-            lines: lines_field(&self.files[0], self.line_start, self.line_end),
+            lines: self
+                .files
+                .first()
+                .and_then(|first| lines_field(first, self.line_start, self.line_end)),
             files: self.files,
             summary: self.summary,
             details: self.details,

@@ -53,8 +53,6 @@ pub enum CallResult {
     NotApplied,
     /// Nothing was written: the same finding is already open.
     Duplicate,
-    /// Refused before anything was written.
-    Refused,
     Error,
     Claim(ClaimWord),
 }
@@ -67,7 +65,6 @@ impl CallResult {
             CallResult::NotShared => "not_shared",
             CallResult::NotApplied => "not_applied",
             CallResult::Duplicate => "duplicate",
-            CallResult::Refused => "refused",
             CallResult::Error => "error",
             CallResult::Claim(w) => w.as_str(),
         }
