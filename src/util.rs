@@ -11,9 +11,12 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// RFC 3339 with milliseconds, UTC.
+/// RFC 3339 with milliseconds, UTC. A time past year 9999 has no RFC 3339 form and is shown as
+/// the last one that does: rows are bounded when read, so only arithmetic on a bound value
+/// gets here, and formatting never panics.
 pub fn rfc3339_ms(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    let ms = ms.clamp(0, crate::ledger::row::MAX_TIME_MS);
+    let t = UNIX_EPOCH + Duration::from_millis(ms as u64);
     humantime::format_rfc3339_millis(t).to_string()
 }
 

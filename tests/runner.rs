@@ -8,6 +8,7 @@ mod cell;
 mod container;
 mod git;
 mod guard;
+mod hostile;
 mod ledger;
 mod mcp;
 mod net;

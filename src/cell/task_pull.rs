@@ -18,6 +18,7 @@ use crate::ledger::finding::Finding;
 use crate::ledger::header::{Header, find_line};
 use crate::ledger::recall::{self, LedgerView, Recalled};
 use crate::ledger::repo_identity::{identity_of_origin, vessel_aliases};
+use crate::ledger::row::{BadRow, RowMeta, read_rows};
 use crate::ledger::verdict::Standing;
 use crate::util::{now_ms, rfc3339_ms, write_atomic};
 
@@ -372,22 +373,23 @@ async fn read_conventions(
     repository: &str,
 ) -> Result<Vec<Convention>, ResolveError> {
     let window = recall::read_window(att, CONVENTION_SHAPE).await?;
-    Ok(window
-        .rows
-        .iter()
-        .filter_map(|c| {
-            let content = c.get("content").and_then(Value::as_str)?.to_string();
-            let repo = Header::parse(&content).get("repo")?.to_ascii_lowercase();
-            if repo != repository.to_ascii_lowercase() {
-                return None;
-            }
-            Some(Convention {
-                concept_id: crate::ledger::finding::concept_id(c)?,
-                seq: c.get("seq").and_then(Value::as_i64).unwrap_or(0),
-                content,
-            })
-        })
-        .collect())
+    let ours = |c: &Value| -> Result<Option<Convention>, BadRow> {
+        let Some(row) = RowMeta::read(c)? else {
+            return Ok(None);
+        };
+        let h = Header::parse(&row.content);
+        row.check_header(&h)?;
+        let repo = h.get("repo").map(str::to_ascii_lowercase);
+        if repo.as_deref() != Some(repository.to_ascii_lowercase().as_str()) {
+            return Ok(None);
+        }
+        Ok(Some(Convention {
+            concept_id: row.concept_id,
+            seq: row.seq,
+            content: row.content,
+        }))
+    };
+    Ok(read_rows(&window.rows, "project convention", ours))
 }
 
 /// What setting up a claimed task needs besides the pull's options.

@@ -8,7 +8,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::header::{self, Header};
-use crate::util::{parse_rfc3339_ms, random_hex};
+use super::row::{BadRow, MAX_FILES_PER_ROW, MAX_IDS_PER_ROW, RowMeta, warn_skipped};
+use crate::util::random_hex;
 
 pub const FINDING_SHAPE: &str = "code_finding";
 pub const FINDING_SOURCE_TYPE: &str = "metabob_annotation";
@@ -157,16 +158,23 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// Reads a concept row; `None` when it is not a usable finding (no finding id).
-    pub fn from_concept(c: &Value) -> Option<Finding> {
-        let content = c.get("content").and_then(Value::as_str).unwrap_or_default();
-        let h = Header::parse(content);
-        let finding_ids = h.list("finding_ids");
+    /// Reads a concept row, or names why it is refused; `None` when it is no finding (no
+    /// finding id). Every field is bounded by `row` first (anchor: read_finding_row).
+    pub fn read(c: &Value) -> Result<Option<Finding>, BadRow> {
+        let Some(row) = RowMeta::read(c)? else {
+            return Ok(None);
+        };
+        let h = Header::parse(&row.content);
+        row.check_header(&h)?;
+        let finding_ids = row.ids("finding_ids", h.list("finding_ids"), MAX_IDS_PER_ROW)?;
         if finding_ids.is_empty() {
-            return None;
+            return Ok(None);
         }
-        let raw = c.get("summary").and_then(Value::as_str).unwrap_or_default();
-        let parsed = parse_summary_line(raw);
+        let files = h.list("files");
+        if files.len() > MAX_FILES_PER_ROW {
+            return Err(row.bad("files", format!("more than {MAX_FILES_PER_ROW} entries")));
+        }
+        let parsed = parse_summary_line(&row.summary);
         let severity = h
             .get("severity")
             .and_then(|s| s.parse().ok())
@@ -177,23 +185,31 @@ impl Finding {
             .map(str::to_owned)
             .or(parsed.as_ref().map(|p| p.1.clone()))
             .unwrap_or_default();
-        Some(Finding {
-            concept_id: concept_id(c)?,
-            seq: c.get("seq").and_then(Value::as_i64).unwrap_or(0),
-            created_ms: created_ms(c),
-            summary: parsed.map(|p| p.2).unwrap_or_else(|| raw.to_string()),
+        Ok(Some(Finding {
+            summary: parsed.map(|p| p.2).unwrap_or_else(|| row.summary.clone()),
             severity,
             category,
             repo: h.get("repo").map(str::to_owned),
             repo_name: h.get("repo_name").map(str::to_owned),
             workspace: h.get("workspace").map(str::to_owned),
-            files: h.list("files"),
+            files,
             lines: h.get("lines").map(str::to_owned),
             status: FindingStatus::parse(h.get("status").unwrap_or("open")),
             finding_ids,
             recorded_by: h.get("recorded_by").map(str::to_owned),
             session: h.get("session").map(str::to_owned),
-            details: header::body(content).to_string(),
+            details: header::body(&row.content).to_string(),
+            concept_id: row.concept_id,
+            seq: row.seq,
+            created_ms: row.created_ms,
+        }))
+    }
+
+    /// One row read on its own: a refused row is warned about and read as no finding.
+    pub fn from_concept(c: &Value) -> Option<Finding> {
+        Finding::read(c).unwrap_or_else(|bad| {
+            warn_skipped("finding", &[bad]);
+            None
         })
     }
 
@@ -220,14 +236,6 @@ pub fn plain_concept_id(id: &str) -> String {
 
 pub fn concept_id(c: &Value) -> Option<String> {
     c.get("id").and_then(Value::as_str).map(plain_concept_id)
-}
-
-/// The ledger's creation time in epoch milliseconds: the one clock every reader shares.
-pub fn created_ms(c: &Value) -> i64 {
-    c.get("created_at")
-        .and_then(Value::as_str)
-        .and_then(parse_rfc3339_ms)
-        .unwrap_or(0)
 }
 
 /// What a new finding says; `to_pointer` composes the concept write.

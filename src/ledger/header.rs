@@ -33,6 +33,11 @@ impl Header {
             .filter(|v| !v.is_empty())
     }
 
+    /// Every `key: value` line of the block, keys lowercased.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.fields.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// A comma-separated value as a list, empty entries dropped.
     pub fn list(&self, key: &str) -> Vec<String> {
         self.get(key)

@@ -7,6 +7,7 @@ pub mod header;
 pub mod recall;
 pub mod record;
 pub mod repo_identity;
+pub mod row;
 pub mod verdict;
 
 use crate::attachment::{Attachment, ResolveError};

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::claims::{self, Held};
 use super::finding::{FINDING_SHAPE, Finding};
 use super::repo_identity::Aliases;
+use super::row::read_rows;
 use super::verdict::{Standing, VERDICT_SHAPE, Verdict, standing};
 use crate::attachment::{Attachment, ResolveError};
 
@@ -115,21 +116,15 @@ pub async fn recall(att: &Attachment, aliases: &Aliases) -> Result<LedgerView, R
     let findings = read_window(att, FINDING_SHAPE).await?;
     let verdicts = read_window(att, VERDICT_SHAPE).await?;
     let mut view = LedgerView {
-        findings: findings
-            .rows
-            .iter()
-            .filter_map(Finding::from_concept)
+        findings: read_rows(&findings.rows, "finding", Finding::read)
+            .into_iter()
             .filter_map(|finding| {
                 aliases
                     .map_finding(finding.repo.as_deref().unwrap_or_default(), &finding.files)
                     .map(|files| Recalled { finding, files })
             })
             .collect(),
-        verdicts: verdicts
-            .rows
-            .iter()
-            .filter_map(Verdict::from_concept)
-            .collect(),
+        verdicts: read_rows(&verdicts.rows, "verdict", Verdict::read),
         findings_truncated: findings.truncated,
         verdicts_truncated: verdicts.truncated,
     };
@@ -187,11 +182,11 @@ pub fn linked_verdicts(
             .get("edges")
             .and_then(Value::as_array)
             .map(|edges| {
-                edges
+                let rows: Vec<Value> = edges
                     .iter()
-                    .filter_map(|e| e.get("neighbor"))
-                    .filter_map(Verdict::from_concept)
-                    .collect()
+                    .filter_map(|e| e.get("neighbor").cloned())
+                    .collect();
+                read_rows(&rows, "linked verdict", Verdict::read)
             })
             .unwrap_or_default())
     }
@@ -212,12 +207,8 @@ pub async fn verdicts_of(
     finding: &Finding,
 ) -> Result<Vec<Verdict>, ResolveError> {
     let window = read_window(att, VERDICT_SHAPE).await?;
-    let mut rows: Vec<Verdict> = window
-        .rows
-        .iter()
-        .filter_map(Verdict::from_concept)
-        .filter(|v| v.concerns(finding))
-        .collect();
+    let mut rows: Vec<Verdict> = read_rows(&window.rows, "verdict", Verdict::read);
+    rows.retain(|v| v.concerns(finding));
     merge(&mut rows, linked_verdicts(att, &finding.concept_id).await?);
     Ok(rows.into_iter().filter(|v| v.concerns(finding)).collect())
 }

@@ -4,8 +4,10 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::finding::{FINDING_SOURCE_TYPE, Finding, concept_id, created_ms};
+use super::claims::MAX_CLAIM_MINUTES;
+use super::finding::{FINDING_SOURCE_TYPE, Finding};
 use super::header::{self, Header};
+use super::row::{BadRow, MAX_IDS_PER_ROW, RowMeta};
 use crate::attachment::{Attachment, ResolveError};
 
 pub const VERDICT_SHAPE: &str = "finding_verdict";
@@ -132,29 +134,52 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    pub fn from_concept(c: &Value) -> Option<Verdict> {
-        let content = c.get("content").and_then(Value::as_str).unwrap_or_default();
-        let h = Header::parse(content);
-        let kind = VerdictKind::parse(h.get("verdict")?)?;
+    /// Reads a concept row, or names why it is refused; `None` when it is no verdict. A claim
+    /// length outside what a claim may ask for is refused, since the holder rule adds it to a
+    /// time (anchor: read_verdict_row).
+    pub fn read(c: &Value) -> Result<Option<Verdict>, BadRow> {
+        let Some(row) = RowMeta::read(c)? else {
+            return Ok(None);
+        };
+        let h = Header::parse(&row.content);
+        let Some(kind) = h.get("verdict").and_then(VerdictKind::parse) else {
+            return Ok(None);
+        };
+        row.check_header(&h)?;
+        let finding_ids = row.ids("finding_ids", h.list("finding_ids"), MAX_IDS_PER_ROW)?;
+        let claim_minutes = match h.get("claim_minutes") {
+            None => None,
+            Some(m) => Some(
+                m.parse::<i64>()
+                    .ok()
+                    .filter(|m| (1..=MAX_CLAIM_MINUTES).contains(m))
+                    .ok_or_else(|| {
+                        row.bad(
+                            "claim_minutes",
+                            format!("not a whole number from 1 to {MAX_CLAIM_MINUTES}"),
+                        )
+                    })?,
+            ),
+        };
         let fix_commit = h
             .get("fix")
             .and_then(|f| f.strip_prefix("commit "))
             .map(|s| s.trim().to_string())
-            .filter(|s| s.len() >= 7 && s.chars().all(|c| c.is_ascii_hexdigit()));
-        Some(Verdict {
-            concept_id: concept_id(c)?,
-            seq: c.get("seq").and_then(Value::as_i64).unwrap_or(0),
-            created_ms: created_ms(c),
+            .filter(|s| (7..=64).contains(&s.len()) && s.chars().all(|c| c.is_ascii_hexdigit()));
+        Ok(Some(Verdict {
             kind,
-            finding_ids: h.list("finding_ids"),
+            finding_ids,
             reviewed_by: h.get("reviewed_by").map(str::to_owned),
             session: h.get("session").map(str::to_owned),
             fix_commit,
             fix_branch: h.get("fix_branch").map(str::to_owned),
             fix_target: h.get("fix_target").map(str::to_owned),
-            claim_minutes: h.get("claim_minutes").and_then(|m| m.parse().ok()),
+            claim_minutes,
             claim_until: h.get("claim_until").map(str::to_owned),
-        })
+            concept_id: row.concept_id,
+            seq: row.seq,
+            created_ms: row.created_ms,
+        }))
     }
 
     pub fn concerns(&self, f: &Finding) -> bool {

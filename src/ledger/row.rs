@@ -1,0 +1,268 @@
+//! Rows read from the ledger are untrusted input (SPEC.md §Hostile rows): any write key of the
+//! org can write any row, so every field a reader uses is validated and bounded here, once,
+//! before it becomes a `Finding` or a `Verdict`. A row that fails is skipped by its reader and
+//! named in one warning; it never stops the read.
+
+use serde_json::Value;
+
+use super::finding::plain_concept_id;
+use super::header::Header;
+use crate::guard::field_rule;
+use crate::util::parse_rfc3339_ms;
+
+/// The latest instant a reader formats, 9999-12-31T23:59:59.999Z: RFC 3339 has four-digit
+/// years, and a time past it is no time anyone wrote honestly.
+pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
+/// Finding ids one row may name: one per file of a finding.
+pub const MAX_IDS_PER_ROW: usize = 200;
+/// Files one finding may name.
+pub const MAX_FILES_PER_ROW: usize = 200;
+/// A row's summary carries the `[SEV][category] name: ` prefix on top of the summary's own cap.
+const SUMMARY_PREFIX_BYTES: usize = 1024;
+/// Rows named in one warning; the rest are counted.
+const NAMED_IN_WARNING: usize = 5;
+
+/// Why one row was not read: the concept, the field, and what was wrong with it (never the
+/// value itself, which may be anything).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{concept} ({field}: {why})")]
+pub struct BadRow {
+    pub concept: String,
+    pub field: String,
+    pub why: String,
+}
+
+/// What every row carries besides its content, validated (anchor: row_meta).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowMeta {
+    pub concept_id: String,
+    pub seq: i64,
+    pub created_ms: i64,
+    pub summary: String,
+    pub content: String,
+}
+
+impl RowMeta {
+    /// The row's id, order and time, and its texts within their caps. `None` for a row with no
+    /// id at all, which no reader can name or act on.
+    pub fn read(c: &Value) -> Result<Option<RowMeta>, BadRow> {
+        let Some(raw_id) = c.get("id").and_then(Value::as_str) else {
+            return Ok(None);
+        };
+        let concept_id = plain_concept_id(raw_id);
+        let bad = |field: &str, why: String| BadRow {
+            concept: short(&concept_id),
+            field: field.to_string(),
+            why,
+        };
+        if concept_id.is_empty() || !is_token(&concept_id, field_rule("concept_id").cap) {
+            return Err(bad("id", "not a concept id".into()));
+        }
+        let seq = match c.get("seq") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v
+                .as_i64()
+                .filter(|s| *s >= 0)
+                .ok_or_else(|| bad("seq", "not a non-negative integer".into()))?,
+        };
+        let created_ms = match c.get("created_at") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v
+                .as_str()
+                .and_then(parse_rfc3339_ms)
+                .filter(|ms| (0..=MAX_TIME_MS).contains(ms))
+                .ok_or_else(|| bad("created_at", "not an RFC 3339 time up to year 9999".into()))?,
+        };
+        let text = |field: &'static str, cap: usize| -> Result<String, BadRow> {
+            let s = c.get(field).and_then(Value::as_str).unwrap_or_default();
+            if s.len() > cap {
+                return Err(bad(field, format!("longer than {cap} bytes")));
+            }
+            Ok(s.to_string())
+        };
+        let summary = text(
+            "summary",
+            field_rule("summary").cap + field_rule("repo").cap + SUMMARY_PREFIX_BYTES,
+        )?;
+        let content = text("content", content_cap())?;
+        Ok(Some(RowMeta {
+            concept_id,
+            seq,
+            created_ms,
+            summary,
+            content,
+        }))
+    }
+
+    pub fn bad(&self, field: &str, why: impl Into<String>) -> BadRow {
+        BadRow {
+            concept: short(&self.concept_id),
+            field: short(field),
+            why: why.into(),
+        }
+    }
+
+    /// Checks each header value against its field's cap, the same caps the outgoing guard
+    /// holds writes to.
+    pub fn check_header(&self, h: &Header) -> Result<(), BadRow> {
+        for (key, value) in h.fields() {
+            let rule = field_rule(key);
+            if value.len() > rule.cap {
+                return Err(self.bad(key, format!("longer than {} bytes", rule.cap)));
+            }
+        }
+        Ok(())
+    }
+
+    /// A header list of ids: at most `max`, each a token within the id cap.
+    pub fn ids(
+        &self,
+        field: &'static str,
+        ids: Vec<String>,
+        max: usize,
+    ) -> Result<Vec<String>, BadRow> {
+        if ids.len() > max {
+            return Err(self.bad(field, format!("more than {max} entries")));
+        }
+        let cap = field_rule("finding_id").cap;
+        if let Some(i) = ids.iter().position(|id| !is_token(id, cap)) {
+            return Err(self.bad(field, format!("entry {} is not an id", i + 1)));
+        }
+        Ok(ids)
+    }
+}
+
+/// The content's cap: the largest prose body plus a header block of capped fields.
+fn content_cap() -> usize {
+    4 * field_rule("content").cap + MAX_FILES_PER_ROW * field_rule("file").cap / 4
+}
+
+/// Printable ASCII without spaces, within `cap` bytes: what ids are.
+fn is_token(s: &str, cap: usize) -> bool {
+    !s.is_empty() && s.len() <= cap && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// An id or key as a warning names it: bounded, whatever the row said.
+fn short(id: &str) -> String {
+    let cut: String = id.chars().filter(|c| !c.is_control()).take(64).collect();
+    if cut.len() < id.len() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
+
+/// Reads every row with `read`, skipping those that fail validation; one warning names them
+/// (anchor: read_rows). A row `read` answers `None` for is simply not of this kind.
+pub fn read_rows<T>(
+    rows: &[Value],
+    what: &str,
+    read: impl Fn(&Value) -> Result<Option<T>, BadRow>,
+) -> Vec<T> {
+    let mut bad = Vec::new();
+    let out = rows
+        .iter()
+        .filter_map(|row| match read(row) {
+            Ok(t) => t,
+            Err(e) => {
+                bad.push(e);
+                None
+            }
+        })
+        .collect();
+    warn_skipped(what, &bad);
+    out
+}
+
+/// Rows already named by this process: a cell reads the same window several times (recall,
+/// then each claim's read-back), and one bad row is worth one warning, not one per read.
+static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+/// Past this many named rows, each read's warning names its rows again rather than growing the
+/// memory of what was said.
+const WARNED_MEMORY: usize = 1024;
+
+/// The one warning for a read's skipped rows that this process has not named yet.
+pub fn warn_skipped(what: &str, bad: &[BadRow]) {
+    let bad: Vec<&BadRow> = match WARNED.lock() {
+        Ok(mut warned) => bad
+            .iter()
+            .filter(|b| {
+                let key = b.to_string();
+                if warned.contains(&key) {
+                    return false;
+                }
+                if warned.len() < WARNED_MEMORY {
+                    warned.push(key);
+                }
+                true
+            })
+            .collect(),
+        Err(_) => bad.iter().collect(),
+    };
+    if bad.is_empty() {
+        return;
+    }
+    let named: Vec<String> = bad
+        .iter()
+        .take(NAMED_IN_WARNING)
+        .map(ToString::to_string)
+        .collect();
+    let more = bad.len().saturating_sub(NAMED_IN_WARNING);
+    tracing::warn!(
+        "skipped {} {what} row(s) that fail validation: {}{}",
+        bad.len(),
+        named.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn meta_bounds_ids_order_and_time() {
+        let ok = json!({"id": "concept:⟨concept_1⟩", "seq": 4, "created_at": "2026-01-01T00:00:00.000Z"});
+        let m = RowMeta::read(&ok).expect("valid").expect("has an id");
+        assert_eq!((m.concept_id.as_str(), m.seq), ("concept_1", 4));
+        assert_eq!(RowMeta::read(&json!({"seq": 1})), Ok(None));
+        for (row, field) in [
+            (json!({"id": "concept_1", "seq": -1}), "seq"),
+            (json!({"id": "concept_1", "seq": "7"}), "seq"),
+            (
+                json!({"id": "concept_1", "created_at": "yesterday"}),
+                "created_at",
+            ),
+            (
+                json!({"id": "concept_1", "created_at": "10000-01-01T00:00:00Z"}),
+                "created_at",
+            ),
+            (json!({"id": "concept 1"}), "id"),
+            (
+                json!({"id": "concept_1", "summary": "x".repeat(10_000)}),
+                "summary",
+            ),
+        ] {
+            let err = RowMeta::read(&row).expect_err("refused");
+            assert_eq!(err.field, field, "{row}");
+        }
+    }
+
+    #[test]
+    fn a_bad_row_is_named_without_its_value() {
+        let row = json!({"id": format!("concept_{}", "9".repeat(300))});
+        let err = RowMeta::read(&row).expect_err("an id over its cap");
+        assert!(err.to_string().chars().count() < 100, "{err}");
+        let rows = vec![
+            json!({"id": "concept_1"}),
+            json!({"id": "concept_2", "seq": -3}),
+        ];
+        let read = read_rows(&rows, "test", RowMeta::read);
+        assert_eq!(read.len(), 1);
+    }
+}

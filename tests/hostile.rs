@@ -1,0 +1,159 @@
+//! Hostile input through the real binary: rows any write key can put on the ledger, and files
+//! a careless caller hands a command. None of it may crash, stall or stop a reader.
+
+use serde_json::{Value, json};
+
+use crate::support::{TestEnv, snapshot};
+
+/// Writes one raw concept with the key the ledger's first start configured, as any holder of
+/// a write key could.
+fn write_row(env: &TestEnv, ledger: &str, shape: &str, summary: &str, content: &str) -> String {
+    let config = std::fs::read_to_string(env.home().join(".substrate/config.json")).unwrap();
+    let key = serde_json::from_str::<Value>(&config).unwrap()["metabob"]["apiKey"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let url = ledger.to_string();
+    let body = json!({"pointer": {"type": "concept_create_write", "conceptData": {
+        "shape": shape, "source_type": "metabob_annotation", "summary": summary, "content": content,
+    }}});
+    let answer: Value = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async move {
+            use metabob_mcp::net::{NetClient, Request, Url};
+            let net = NetClient::from_env(&metabob_mcp::env::Env::new(Vec::new(), "/"));
+            let req = Request::post_json(Url::parse(&url).unwrap().join("/resolve"), &body)
+                .header("authorization", format!("ApiKey {key}"));
+            net.send(req).await.unwrap().json().unwrap()
+        });
+    answer["concept"]["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_claim_row_past_year_9999_is_skipped_by_every_reader() {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
+    let out = env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &origin,
+        "--file",
+        "a.py",
+        "--summary",
+        "make x two",
+        "--severity",
+        "HIGH",
+        "--category",
+        "task",
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let recorded: Value = serde_json::from_str(&out.stdout).unwrap();
+    let task = recorded["finding_ids"][0].as_str().unwrap().to_string();
+    // A claim that would last 9,500 years: formatting its end once panicked every reader.
+    let evil = format!(
+        "reviewed_by: evil\nsession: s\nverdict: claimed\nfinding_ids: {task}\nclaim_minutes: 5000000000\n"
+    );
+    write_row(
+        &env,
+        &ledger.url,
+        "finding_verdict",
+        "[verdict:claimed] x",
+        &evil,
+    );
+    crate::support::seen(&env, &[&task]);
+
+    let work = env.path("cell/work");
+    let (t, w) = (env.path("cell/task"), work.display().to_string());
+    let t = t.display().to_string();
+    let out = env.run(&[
+        "task",
+        "pull",
+        "--origin",
+        &origin,
+        "--task-dir",
+        &t,
+        "--work-dir",
+        &w,
+    ]);
+    insta::assert_snapshot!("hostile_claim_row_task_pull", snapshot(&out, &env));
+
+    // The MCP tools that read claims answer too, from the clone the pull made.
+    let mut env = env;
+    env.set("WORKSPACE_PATH", w.clone());
+    let out = env.run(&["tool", "call", "get_problems", "--args", "{}"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains(&task), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("skipped 1 verdict row(s) that fail validation"),
+        "{out:?}"
+    );
+    let args = json!({"problem_id": task, "action": "renew"}).to_string();
+    let out = env.run(&["tool", "call", "claim_finding", "--args", &args]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("Renewed"), "{out:?}");
+}
+
+#[test]
+fn oversized_and_malformed_rows_are_named_once_and_the_rest_is_read() {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
+    // A task recorded honestly names the repository identity the bad rows copy.
+    let out = env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &origin,
+        "--file",
+        "a.py",
+        "--summary",
+        "the good one",
+        "--severity",
+        "LOW",
+        "--category",
+        "task",
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let recorded: Value = serde_json::from_str(&out.stdout).unwrap();
+    let good = recorded["finding_ids"][0].as_str().unwrap().to_string();
+    let identity = recorded["repository"].as_str().unwrap().to_string();
+    let row = |ids: &str, extra: &str| {
+        format!(
+            "repo: {identity}\nfiles: a.py\nseverity: CRITICAL\ncategory: task\nstatus: open\nfinding_ids: {ids}\n{extra}"
+        )
+    };
+    let summary = "[CRITICAL][task] app: hostile";
+    let many: Vec<String> = (0..250).map(|i| format!("a{i}")).collect();
+    let files = format!("files: {}\n", vec!["f"; 300].join(", "));
+    for content in [
+        row(&many.join(", "), ""),
+        row("agf_ 1", ""),
+        row(
+            "agf_00000000000000a2",
+            &format!("session: {}\n", "x".repeat(5000)),
+        ),
+        row("agf_00000000000000a3", "").replace("files: a.py\n", &files),
+    ] {
+        write_row(&env, &ledger.url, "code_finding", summary, &content);
+    }
+    crate::support::seen(&env, &[&good]);
+    let (t, w) = (env.path("c/task"), env.path("c/work"));
+    let (t, w) = (t.display().to_string(), w.display().to_string());
+    let out = env.run(&[
+        "task",
+        "pull",
+        "--origin",
+        &origin,
+        "--task-dir",
+        &t,
+        "--work-dir",
+        &w,
+    ]);
+    // The critical rows would have come first; each is named once and the good task is pulled.
+    insta::assert_snapshot!("hostile_finding_rows_task_pull", snapshot(&out, &env));
+}
