@@ -148,12 +148,15 @@ fn candidates(env: &Env) -> Vec<(PathBuf, bool)> {
     out
 }
 
+/// A config file holds a key and an endpoint or two; past this it is not one of ours.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// The first config file in the lookup order that exists and is ours, with its parsed body.
 /// Skipped files produce warnings (anchor: config-lookup).
 pub fn lookup_config(env: &Env) -> (Option<(PathBuf, Value)>, Vec<String>) {
     let mut warnings = Vec::new();
     for (path, explicit) in candidates(env) {
-        let text = match std::fs::read_to_string(&path) {
+        let text = match crate::util::read_bounded(&path, MAX_CONFIG_BYTES) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => continue,
             Err(e) => {

@@ -1,4 +1,7 @@
 //! Thin entry: parse, dispatch, map errors to exit codes. Behaviour lives in the library.
+// One future holds every subcommand's state machine (the ledger's layered router among them);
+// laying it out takes rustc past its default query depth.
+#![recursion_limit = "256"]
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -42,7 +45,20 @@ fn main() -> ExitCode {
             return Exit::Failure.into();
         }
     };
-    let result = runtime.block_on(commands::run(cli, Env::from_process()));
+    // A panic is a bug, never an answer: the hook has printed where it happened, and the exit
+    // is the ordinary failure code, not the 101 no caller expects.
+    let env = Env::from_process();
+    let run = std::panic::AssertUnwindSafe(|| run_command(&runtime, cli, env));
+    let result = match std::panic::catch_unwind(run) {
+        Ok(r) => r,
+        Err(_) => {
+            runtime.shutdown_background();
+            eprintln!(
+                "error: internal error (a bug: the line above says where); nothing more was done, please report it"
+            );
+            return Exit::Failure.into();
+        }
+    };
     // A read of stdin on a blocking thread cannot be interrupted (the MCP server's, once its
     // client left by closing stdout); the command is done, so the process does not wait for it.
     runtime.shutdown_background();
@@ -53,4 +69,13 @@ fn main() -> ExitCode {
             err.exit.into()
         }
     }
+}
+
+/// Kept apart from `main` so the unwind boundary wraps a plain call, not the command's future.
+fn run_command(
+    runtime: &tokio::runtime::Runtime,
+    cli: Cli,
+    env: Env,
+) -> metabob_mcp::error::CliResult {
+    runtime.block_on(commands::run(cli, env))
 }

@@ -105,18 +105,25 @@ pub fn random_u16() -> u16 {
     u16::from_le_bytes(b)
 }
 
-/// Reads a UTF-8 text file of at most `max` bytes; a larger one is refused whole, never cut.
-pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<String> {
+/// Reads a file of at most `max` bytes; a larger one (or an endless one such as `/dev/zero`)
+/// is refused whole, never cut, after reading one byte past the bound.
+pub fn read_bounded_bytes(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(path)?
         .take(max + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > max {
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
         return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
+            std::io::ErrorKind::FileTooLarge,
             format!("larger than {max} bytes"),
         ));
     }
-    Ok(text)
+    Ok(bytes)
+}
+
+/// Reads a UTF-8 text file of at most `max` bytes, as `read_bounded_bytes` does.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<String> {
+    String::from_utf8(read_bounded_bytes(path, max)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }

@@ -157,3 +157,28 @@ fn oversized_and_malformed_rows_are_named_once_and_the_rest_is_read() {
     // The critical rows would have come first; each is named once and the good task is pulled.
     insta::assert_snapshot!("hostile_finding_rows_task_pull", snapshot(&out, &env));
 }
+
+#[test]
+fn endless_files_are_refused_at_their_bound() {
+    let mut env = TestEnv::new();
+    let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
+    let work = env.path("work");
+    env.git(
+        &env.cwd(),
+        &["clone", "-q", &origin, &work.display().to_string()],
+    );
+    let w = work.display().to_string();
+    let out = env.run(&[
+        "finding",
+        "close",
+        "--commits-from",
+        "/dev/zero",
+        "--work-dir",
+        &w,
+    ]);
+    insta::assert_snapshot!("endless_commits_file", snapshot(&out, &env));
+    // A config path that never ends is skipped with its cause, not read into memory.
+    env.set("SUBSTRATE_CONFIG_PATH", "/dev/zero");
+    let out = env.run(&["attach", "--check"]);
+    insta::assert_snapshot!("endless_config_file", snapshot(&out, &env));
+}

@@ -19,6 +19,10 @@ use crate::ledger::repo_identity::Aliases;
 use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind, VerdictOrigin};
 use crate::trailers::{FIXES_FINDING, fixes_finding_ids, trailer_line_values};
 
+/// A commits file is one id a line (41 bytes for sha-1): this holds about 400,000 commits, far
+/// past any push, and stops an endless input such as `/dev/zero`.
+const MAX_COMMITS_FILE_BYTES: u64 = 16 << 20;
+
 /// Verdict writes in flight at once.
 const WRITES_IN_FLIGHT: usize = 8;
 
@@ -111,7 +115,7 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     let commits = match &opts.commits {
         Commits::Range(r) => repo.rev_list(r)?,
         Commits::File(f) => {
-            let text = std::fs::read_to_string(f)
+            let text = crate::util::read_bounded(f, MAX_COMMITS_FILE_BYTES)
                 .map_err(|e| CellError::Failed(format!("{} cannot be read: {e}", f.display())))?;
             let mut out = Vec::new();
             for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {

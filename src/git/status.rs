@@ -21,20 +21,39 @@ pub enum PathState {
     Absent,
 }
 
+/// A work-tree file larger than this is not hashed (its state is an error naming the bound):
+/// far past any source file a finding names.
+const MAX_HASHED_BYTES: u64 = 256 << 20;
+
 impl Repo {
     fn worktree_blob(&self, path: &str) -> Result<Option<gix::ObjectId>, GitError> {
         let Some(root) = self.workdir() else {
             return Ok(None);
         };
-        match std::fs::read(root.join(path)) {
-            Ok(data) => {
-                gix::objs::compute_hash(self.repo.object_hash(), gix::object::Kind::Blob, &data)
-                    .map(Some)
-                    .map_err(read_err)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(read_err(e)),
-        }
+        let full = root.join(path);
+        let meta = match std::fs::symlink_metadata(&full) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(read_err(e)),
+        };
+        // As git hashes them: a link by its target's name, never by what it points at (which
+        // may be anything, `/dev/zero` included); a regular file within a bound; nothing else
+        // (a FIFO would block the read) is a blob at all.
+        let data = if meta.file_type().is_symlink() {
+            use std::os::unix::ffi::OsStrExt as _;
+            std::fs::read_link(&full)
+                .map_err(read_err)?
+                .as_os_str()
+                .as_bytes()
+                .to_vec()
+        } else if meta.is_file() {
+            crate::util::read_bounded_bytes(&full, MAX_HASHED_BYTES).map_err(read_err)?
+        } else {
+            return Ok(None);
+        };
+        gix::objs::compute_hash(self.repo.object_hash(), gix::object::Kind::Blob, &data)
+            .map(Some)
+            .map_err(read_err)
     }
 
     /// Each path's state (anchor: path_states): the work tree's blob against the index's

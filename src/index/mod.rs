@@ -366,9 +366,18 @@ impl Index {
         self.next += 1;
         // One buffer for every file: a fresh one each time costs more in malloc than the copy.
         self.buf.clear();
-        let read = std::fs::File::open(self.root.join(&path))
-            .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut self.buf));
+        // The scan sized the file, but it may have grown since: the cap holds at the read.
+        let read = std::fs::File::open(self.root.join(&path)).and_then(|f| {
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(f, MAX_FILE_BYTES + 1),
+                &mut self.buf,
+            )
+        });
         let parsed = match read.map(|_| std::str::from_utf8(&self.buf)) {
+            Ok(_) if self.buf.len() as u64 > MAX_FILE_BYTES => Err(format!(
+                "grew past {} KB since the scan",
+                MAX_FILE_BYTES / 1024
+            )),
             Err(e) => Err(e.to_string()),
             Ok(Err(_)) => Err("invalid utf-8".to_string()),
             Ok(Ok(src)) => parser

@@ -11,6 +11,9 @@ use super::{Component, EdgeKind, FileRec, Index, IndexOptions, Scan, Skipped, sc
 
 /// Bumped whenever the document's shape or what parsing extracts changes.
 pub const CACHE_VERSION: u32 = 2;
+/// An index of the most files the scan takes is a few tens of megabytes; a cache file past
+/// this was not written by us and is discarded unread.
+const MAX_CACHE_BYTES: u64 = 512 << 20;
 
 /// Why a cache was not used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,10 +89,11 @@ impl Index {
 
     /// The cached index for `root` and `opts`, if every candidate file still stats the same.
     pub fn load(path: &Path, root: &Path, opts: &IndexOptions) -> Result<Index, Discarded> {
-        let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Discarded::Missing,
-            _ => Discarded::Unreadable(e.to_string()),
-        })?;
+        let bytes =
+            crate::util::read_bounded_bytes(path, MAX_CACHE_BYTES).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Discarded::Missing,
+                _ => Discarded::Unreadable(e.to_string()),
+            })?;
         let doc: Doc =
             serde_json::from_slice(&bytes).map_err(|e| {
                 match serde_json::from_slice::<Header>(&bytes) {
