@@ -5,19 +5,17 @@ use serde_json::{Value, json};
 
 use crate::support::{TestEnv, snapshot};
 
-/// Writes one raw concept with the key the ledger's first start configured, as any holder of
-/// a write key could.
-fn write_row(env: &TestEnv, ledger: &str, shape: &str, summary: &str, content: &str) -> String {
+/// One `/resolve` with the key the ledger's first start configured, as any holder of a key of
+/// the org could send it.
+fn resolve(env: &TestEnv, ledger: &str, pointer: Value) -> Value {
     let config = std::fs::read_to_string(env.home().join(".substrate/config.json")).unwrap();
     let key = serde_json::from_str::<Value>(&config).unwrap()["metabob"]["apiKey"]
         .as_str()
         .unwrap()
         .to_string();
     let url = ledger.to_string();
-    let body = json!({"pointer": {"type": "concept_create_write", "conceptData": {
-        "shape": shape, "source_type": "metabob_annotation", "summary": summary, "content": content,
-    }}});
-    let answer: Value = tokio::runtime::Runtime::new()
+    let body = json!({ "pointer": pointer });
+    tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(async move {
             use metabob_mcp::net::{NetClient, Request, Url};
@@ -25,8 +23,18 @@ fn write_row(env: &TestEnv, ledger: &str, shape: &str, summary: &str, content: &
             let req = Request::post_json(Url::parse(&url).unwrap().join("/resolve"), &body)
                 .header("authorization", format!("ApiKey {key}"));
             net.send(req).await.unwrap().json().unwrap()
-        });
-    answer["concept"]["id"].as_str().unwrap().to_string()
+        })
+}
+
+/// Writes one raw concept, as any holder of a write key could.
+fn write_row(env: &TestEnv, ledger: &str, shape: &str, summary: &str, content: &str) -> String {
+    let pointer = json!({"type": "concept_create_write", "conceptData": {
+        "shape": shape, "source_type": "metabob_annotation", "summary": summary, "content": content,
+    }});
+    resolve(env, ledger, pointer)["concept"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[test]
@@ -181,4 +189,62 @@ fn endless_files_are_refused_at_their_bound() {
     env.set("SUBSTRATE_CONFIG_PATH", "/dev/zero");
     let out = env.run(&["attach", "--check"]);
     insta::assert_snapshot!("endless_config_file", snapshot(&out, &env));
+}
+
+#[test]
+fn a_password_in_the_origin_is_never_printed_written_or_sent() {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    // A clone that fails: its error quotes the URL, and the withdrawal records the error.
+    // (The git daemon refuses userinfo in a git:// URL, so a successful clone with credentials
+    // waits for an https origin in the tests.)
+    let port = crate::support::closed_port();
+    let origin = format!("http://cell:hunter2secret@127.0.0.1:{port}/app.git");
+    let out = env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &origin,
+        "--file",
+        "a.py",
+        "--summary",
+        "a task",
+        "--severity",
+        "HIGH",
+        "--category",
+        "task",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (t, w) = (env.path("c1/task"), env.path("c1/work"));
+    let (t, w) = (t.display().to_string(), w.display().to_string());
+    let failed = env.run(&[
+        "task",
+        "pull",
+        "--origin",
+        &origin,
+        "--task-dir",
+        &t,
+        "--work-dir",
+        &w,
+    ]);
+    assert_eq!(failed.code, 1, "{failed:?}");
+    assert!(failed.stderr.contains("cell:***@127.0.0.1"), "{failed:?}");
+    // Everything the ledger holds, as any key of the org reads it.
+    let pointer = json!({"type": "conceptSearch", "shape": "finding_verdict", "limit": 100});
+    let rows = resolve(&env, &ledger.url, pointer)["concepts"].to_string();
+    assert!(
+        rows.contains("reason: cloning"),
+        "the withdrawal says why: {rows}"
+    );
+    for (what, text) in [
+        ("the record", out.stdout.as_str()),
+        ("stderr", &failed.stderr),
+        ("stdout", &failed.stdout),
+        ("the ledger", &rows),
+    ] {
+        assert!(
+            !text.contains("hunter2"),
+            "{what} holds the password: {text}"
+        );
+    }
 }

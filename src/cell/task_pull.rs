@@ -13,6 +13,7 @@ use super::refname::validate_ref;
 use super::task_file::{TaskClaim, TaskFile, TaskPolicy};
 use crate::attachment::{Attachment, ResolveError, vessel_id};
 use crate::env::Env;
+use crate::guard::redact_url_credentials;
 use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
 use crate::ledger::finding::Finding;
 use crate::ledger::header::{Header, find_line};
@@ -284,6 +285,8 @@ impl Pull<'_> {
                 Ok(true)
             }
             Err(why) => {
+                // The clone's own error may quote the origin whole, password and all.
+                let why = redact_url_credentials(&why);
                 withdraw(self.att, f, self.me, &self.session, &why).await;
                 clear(&self.opts.work_dir);
                 clear(&self.opts.task_dir);
@@ -435,7 +438,8 @@ impl Setup<'_> {
             details: f.details.clone(),
             files: r.files.clone(),
             finding_ids: f.finding_ids.clone(),
-            origin: opts.origin.clone(),
+            // The clone's remote keeps what it needs to push; the file never holds a password.
+            origin: redact_url_credentials(&opts.origin),
             policy: TaskPolicy {
                 conflicts: policy.conflicts.clone(),
                 integrate: policy.integrate.clone(),

@@ -18,7 +18,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::env::Env;
-pub use scan::{SecretKind, entropy, is_placeholder, is_secret_name};
+pub use scan::{SecretKind, entropy, is_placeholder, is_secret_name, redact_url_credentials};
 
 /// How the substrate treats a field: prose is read by people and agents, so a home path in it
 /// can be shortened to `~`; an acted-on field is used as given (a path, a ref, a goal), so

@@ -617,9 +617,12 @@ fn scan_cookie(s: &str) -> bool {
     false
 }
 
-/// `scheme://user:password@host`, or a random-looking token as the whole user part.
-fn scan_url_credentials(s: &str) -> bool {
+/// Where the credentials of each URL in `s` are (anchor: url_credential_spans): for
+/// `scheme://user:password@host` the password, for a random-looking token as the whole user
+/// part the token. A plain user name (`ssh://git@host`) is no credential.
+fn url_credential_spans(s: &str) -> Vec<std::ops::Range<usize>> {
     let b = s.as_bytes();
+    let mut spans = Vec::new();
     for i in find_all(s, "://", false) {
         let scheme_len = s[..i]
             .bytes()
@@ -639,13 +642,36 @@ fn scan_url_credentials(s: &str) -> bool {
         };
         let userinfo = &authority[..at];
         match userinfo.split_once(':') {
-            Some((_, pass)) if !pass.is_empty() && !is_placeholder(pass) => return true,
+            Some((user, pass)) if !pass.is_empty() && !is_placeholder(pass) => {
+                let from = start + user.len() + 1;
+                spans.push(from..start + at);
+            }
             Some(_) => {}
-            None if random_enough(userinfo) => return true,
+            None if random_enough(userinfo) => spans.push(start..start + at),
             None => {}
         }
     }
-    false
+    spans
+}
+
+/// `scheme://user:password@host`, or a random-looking token as the whole user part.
+fn scan_url_credentials(s: &str) -> bool {
+    !url_credential_spans(s).is_empty()
+}
+
+/// `text` with every URL credential the guard would refuse masked as `***`: the user stays,
+/// the password or token goes (anchor: redact_url_credentials). The one redaction for URLs a
+/// command prints, logs, writes or sends.
+pub fn redact_url_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for span in url_credential_spans(text) {
+        out.push_str(&text[last..span.start]);
+        out.push_str("***");
+        last = span.end;
+    }
+    out.push_str(&text[last..]);
+    out
 }
 
 fn name_byte(b: u8) -> bool {
@@ -976,6 +1002,36 @@ mod tests {
             scan_patterns("Set-Cookie: theme=dark; Path=/; HttpOnly"),
             None
         );
+    }
+
+    #[test]
+    fn redaction_keeps_the_user_and_masks_the_password_or_token() {
+        let cases = [
+            (
+                "cloning http://user:hunter2@host/r.git failed",
+                "cloning http://user:***@host/r.git failed",
+            ),
+            (
+                "https://ghp_a8F3kQ9zL2mX7vR4tY1uW6e@github.com/o/r",
+                "https://***@github.com/o/r",
+            ),
+            (
+                "ssh://git@host/r.git and git://h/r",
+                "ssh://git@host/r.git and git://h/r",
+            ),
+            (
+                "a http://u:pw1@h b https://v:s3cret@i c",
+                "a http://u:***@h b https://v:***@i c",
+            ),
+            (
+                "http://user:${PASSWORD}@host",
+                "http://user:${PASSWORD}@host",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact_url_credentials(text), want, "{text}");
+            assert_eq!(scan_url_credentials(text), text != want, "{text}");
+        }
     }
 
     #[test]
