@@ -248,3 +248,91 @@ fn a_password_in_the_origin_is_never_printed_written_or_sent() {
         );
     }
 }
+
+/// A shim in front of the ledger that forwards every request as it is, except that once
+/// `reject` is seen in a request body it answers 401 `key_rejected`: a key revoked partway.
+fn revoking_shim(ledger: &str, reject: &'static str) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let upstream = ledger.trim_start_matches("http://").to_string();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let upstream = upstream.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut conn = conn;
+                loop {
+                    let mut head = String::new();
+                    let mut line = String::new();
+                    let mut length = 0usize;
+                    while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        let end = line == "\r\n";
+                        head.push_str(&line);
+                        line.clear();
+                        if end {
+                            break;
+                        }
+                    }
+                    if head.is_empty() {
+                        return;
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let answer = if String::from_utf8_lossy(&body).contains(reject) {
+                        let b = br#"{"error":"key_rejected"}"#;
+                        let mut a = format!("HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", b.len()).into_bytes();
+                        a.extend_from_slice(b);
+                        a
+                    } else {
+                        let mut up = std::net::TcpStream::connect(&upstream).unwrap();
+                        let head = head.replacen("\r\n\r\n", "\r\nconnection: close\r\n\r\n", 1);
+                        up.write_all(head.as_bytes()).unwrap();
+                        up.write_all(&body).unwrap();
+                        let mut a = Vec::new();
+                        up.read_to_end(&mut a).unwrap();
+                        a
+                    };
+                    if conn.write_all(&answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn a_key_rejected_partway_is_not_attached_like_at_the_start() {
+    let mut env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
+    let config = std::fs::read_to_string(env.home().join(".substrate/config.json")).unwrap();
+    let key = serde_json::from_str::<Value>(&config).unwrap()["metabob"]["apiKey"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Attaching passes through; the first read of the task board is refused.
+    let shim = revoking_shim(&ledger.url, "conceptSearch");
+    env.set("METABOB_API_KEY", key);
+    env.set("DISCOVERY_ENDPOINT", shim);
+    let (t, w) = (env.path("c/task"), env.path("c/work"));
+    let (t, w) = (t.display().to_string(), w.display().to_string());
+    let out = env.run(&[
+        "task",
+        "pull",
+        "--origin",
+        &origin,
+        "--task-dir",
+        &t,
+        "--work-dir",
+        &w,
+    ]);
+    insta::assert_snapshot!("key_rejected_partway", snapshot(&out, &env));
+}

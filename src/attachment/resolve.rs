@@ -97,6 +97,19 @@ pub enum ResolveError {
     },
 }
 
+impl ResolveError {
+    /// The ledger stopped taking this process partway (anchor: is_detachment): the gate refused,
+    /// discovery stopped answering, or the key was rejected. At a command's start the same
+    /// conditions are "not attached", and a command says so the same way wherever it meets them.
+    pub fn is_detachment(&self) -> bool {
+        match self {
+            ResolveError::Refused(_) | ResolveError::Anchor { .. } => true,
+            ResolveError::Answer { status, .. } => matches!(status, 401 | 403),
+            _ => false,
+        }
+    }
+}
+
 impl Resolved {
     /// The body of a 2xx answer; any other status as [`ResolveError::Answer`].
     pub fn ok(self, shape: &str) -> Result<Value, ResolveError> {

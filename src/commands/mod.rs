@@ -84,6 +84,11 @@ pub(crate) fn cell_error(context: &str, e: crate::cell::CellError) -> crate::err
     use crate::error::CliError;
     match e {
         CellError::NotAttached(line) => CliError::not_attached(line),
+        // Met partway, a lost attachment is still "not attached": the caller's exit code must
+        // not depend on when the key was revoked or the ledger went away.
+        CellError::Ledger(e) if e.is_detachment() => CliError::not_attached(format!(
+            "{context}: not attached: {e}; nothing more was sent (diagnose with `metabob-mcp attach --check`)"
+        )),
         // The guard's refusal already names the command it refused for.
         CellError::Outgoing(refusal) => CliError::failure(refusal.to_string()),
         other => CliError::failure(format!("{context}: {other}")),
