@@ -336,3 +336,28 @@ fn a_key_rejected_partway_is_not_attached_like_at_the_start() {
     ]);
     insta::assert_snapshot!("key_rejected_partway", snapshot(&out, &env));
 }
+
+#[test]
+fn an_answer_too_large_to_read_is_named_as_such() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0; 4096];
+            let _ = conn.read(&mut buf);
+            // It declares 100 MiB and sends only a start: the client must not wait for the rest.
+            let _ = conn.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 104857600\r\n\r\n{\"a\":",
+            );
+        }
+    });
+    let mut env = TestEnv::new();
+    env.set(
+        "METABOB_API_KEY",
+        "mb_live_0123456789abcdef0123456789abcdef",
+    );
+    env.set("DISCOVERY_ENDPOINT", url);
+    let out = env.run(&["attach", "--check"]);
+    insta::assert_snapshot!("answer_too_large", snapshot(&out, &env));
+}

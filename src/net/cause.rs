@@ -38,6 +38,11 @@ pub enum NetCause {
         ms: u64,
     },
     BlockedByPortal(String),
+    /// The answer's body is larger than any answer this client reads.
+    ResponseTooLarge {
+        host: String,
+        limit: usize,
+    },
     AnchorUnreachable(String),
 }
 
@@ -57,6 +62,7 @@ impl NetCause {
             NetCause::ConnectionReset(_) => "connection_reset",
             NetCause::ResponseTimeout { .. } => "response_timeout",
             NetCause::BlockedByPortal(_) => "blocked_by_portal",
+            NetCause::ResponseTooLarge { .. } => "response_too_large",
             NetCause::AnchorUnreachable(_) => "anchor_unreachable",
         }
     }
@@ -127,6 +133,11 @@ impl fmt::Display for NetCause {
                 "{t}({host}, {ms}): connected, but no complete answer within {ms} ms"
             ),
             NetCause::BlockedByPortal(detail) => write!(f, "{t}: {detail}"),
+            NetCause::ResponseTooLarge { host, limit } => write!(
+                f,
+                "{t}({host}): the answer is larger than {} MiB, more than any answer this client reads; nothing of it was used",
+                limit >> 20
+            ),
             NetCause::AnchorUnreachable(hp) => {
                 write!(f, "{t}({hp}): the target could not be reached")
             }

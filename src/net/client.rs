@@ -644,8 +644,10 @@ async fn exchange(
         })
         .collect();
     let too_large = || {
-        tracing::warn!("the answer from {url} exceeds {MAX_BODY_BYTES} bytes; refused");
-        Failure::fatal(NetCause::AnchorUnreachable(url.host_port()))
+        Failure::fatal(NetCause::ResponseTooLarge {
+            host: url.host_port(),
+            limit: MAX_BODY_BYTES,
+        })
     };
     let declared = headers
         .iter()
