@@ -39,8 +39,24 @@ pub enum GitError {
     Read(String),
 }
 
-fn read_err(e: impl std::fmt::Display) -> GitError {
-    GitError::Read(e.to_string())
+fn read_err(e: impl std::error::Error) -> GitError {
+    GitError::Read(with_causes(&e))
+}
+
+/// An error's line followed by each underlying cause it does not already say (anchor:
+/// with_causes): gix often names only the step that failed, and the reason sits in a source.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
 }
 
 /// One commit as the ledger needs it: ids, message, and both times.
@@ -266,7 +282,7 @@ impl Repo {
         let refs = self.repo.references().map_err(read_err)?;
         let mut out = Vec::new();
         for r in refs.prefixed(prefix.as_str()).map_err(read_err)? {
-            let mut r = r.map_err(read_err)?;
+            let mut r = r.map_err(|e| GitError::Read(with_causes(&*e)))?;
             // origin/HEAD is a pointer to another remote branch, not a branch of its own.
             if matches!(r.target(), gix::refs::TargetRef::Symbolic(_)) {
                 continue;
@@ -453,4 +469,24 @@ pub(crate) fn newest_first() -> gix::revision::walk::Sorting {
     gix::revision::walk::Sorting::ByCommitTime(
         gix::traverse::commit::simple::CommitTimeOrder::NewestFirst,
     )
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::with_causes;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading the index failed")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_the_line_does_not_say_is_kept() {
+        let e = Outer(std::io::Error::other("permission denied"));
+        assert_eq!(
+            with_causes(&e),
+            "reading the index failed: permission denied"
+        );
+        let io = std::io::Error::other("disk full");
+        assert_eq!(with_causes(&io), "disk full");
+    }
 }
