@@ -1,11 +1,17 @@
-//! Commit-message trailers, read the way `git interpret-trailers --parse` reads them with
-//! git's default configuration.
+//! Commit-message trailers, read the way git reads a commit's own trailers
+//! (`git log --format=%(trailers)`) with git's default configuration.
 //!
 //! `finding close` decides which findings a commit claims to fix from its `Fixes-Finding:`
 //! trailers, so the parse must agree with git's own: a line git does not call a trailer must
-//! not close anything. The steps below follow git's trailer.c and commit.c (the end of the
-//! log message, the start of the trailer block, continuation lines), and `tests/refs.rs`
-//! holds them to the real git CLI over a generated corpus.
+//! not close anything. The steps below follow git's trailer.c and pretty.c (where the message
+//! starts, where it ends, the start of the trailer block, continuation lines), and
+//! `tests/refs.rs` holds them to the real git CLI over a generated corpus.
+//!
+//! This is deliberately not what `git interpret-trailers --parse` does with the same text:
+//! that command reads a message being written or an email, where a `---` line starts the
+//! patch. A commit has no patch below its message, so git's log reading never stops at
+//! `---`, and neither does this parse. Nothing in the crate reads trailers of a message that
+//! is not yet a commit, so there is no second, interpret-trailers flavour here.
 
 /// One `key: value` trailer, the key as written and the value with continuation lines folded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,15 +39,9 @@ const SCISSORS: &[u8] = b"\n# ------------------------ >8 ----------------------
 pub fn parse_trailers(message: &str) -> Vec<Trailer> {
     // git handles the message as a C string, so nothing after a NUL exists for it.
     let msg = message.split('\0').next().unwrap_or_default();
-    // interpret-trailers completes a last line that lacks its newline before parsing, which
-    // decides whether a final "---" or scissors line counts.
-    let completed;
-    let msg = if msg.is_empty() || msg.ends_with('\n') {
-        msg
-    } else {
-        completed = format!("{msg}\n");
-        completed.as_str()
-    };
+    // git's log formatting starts the message at its subject, past any blank lines, so a
+    // message that opens with a blank line still has its first text line as its subject.
+    let msg = &msg[leading_blank_lines(msg.as_bytes())..];
     let buf = msg.as_bytes();
     let end = end_of_log_message(buf);
     let start = trailer_block_start(buf, end);
@@ -169,20 +169,21 @@ fn find_separator(line: &[u8]) -> Option<usize> {
     None
 }
 
-/// The end of the part of the message git reads trailers from: before a `---` patch line,
-/// a scissors line, and any trailing run of comments, blank lines and old `Conflicts:` lists.
+/// The end of the part of the message git reads trailers from: before a scissors line and
+/// any trailing run of comments, blank lines and old `Conflicts:` lists. A `---` line is
+/// text like any other here: git reads a commit's trailers with its patch divider off.
 // anchor: end-of-log-message
 fn end_of_log_message(buf: &[u8]) -> usize {
-    let mut end = buf.len();
-    let mut s = 0;
-    while s < buf.len() {
-        if buf[s..].starts_with(b"---") && buf.get(s + 3).is_some_and(|&b| is_space(b)) {
-            end = s;
-            break;
-        }
-        s = next_line(buf, s);
+    buf.len() - ignored_tail_bytes(buf, buf.len())
+}
+
+/// The length of the run of lines holding only whitespace (git's isspace) at the start.
+fn leading_blank_lines(buf: &[u8]) -> usize {
+    let mut pos = 0;
+    while pos < buf.len() && is_blank_line(buf, pos) {
+        pos = next_line(buf, pos);
     }
-    end - ignored_tail_bytes(buf, end)
+    pos
 }
 
 fn ignored_tail_bytes(buf: &[u8], len: usize) -> usize {
@@ -385,13 +386,29 @@ mod tests {
     }
 
     #[test]
-    fn a_patch_separator_and_comments_end_the_message() {
-        let m = "s\n\nKey: v\n---\nOther: w\n";
-        assert_eq!(pairs(m), kv(&[("Key", "v")]));
+    fn a_patch_separator_is_text_in_a_commit_message() {
+        // A `---` line is prose in the last paragraph, so this block is not all trailers...
+        assert!(pairs("s\n\nKey: v\n---\nOther: w\n").is_empty());
+        assert!(fixes_finding_ids("s\n\nFixes-Finding: agf_1\n---\nmore text\n").is_empty());
+        assert!(pairs("s\n\nKey: v\n---").is_empty());
+        // ...and a block below one is still the message's block.
+        assert_eq!(
+            pairs("s\n\nbody\n---\nmore\n\nKey: v\n"),
+            kv(&[("Key", "v")])
+        );
+    }
+
+    #[test]
+    fn comments_and_trailing_blank_lines_end_the_message() {
         let m = "s\n\nKey: v\n# comment\n\n";
         assert_eq!(pairs(m), kv(&[("Key", "v")]));
-        // The missing newline is supplied, so this is a patch separator too.
-        assert_eq!(pairs("s\n\nKey: v\n---"), kv(&[("Key", "v")]));
+        assert_eq!(pairs("s\n\nKey: v"), kv(&[("Key", "v")]));
+    }
+
+    #[test]
+    fn blank_lines_before_the_subject_are_skipped() {
+        assert!(pairs("\n\nFixes-Finding: agf_1\n").is_empty());
+        assert_eq!(pairs(" \n\t\ns\n\nKey: v\n"), kv(&[("Key", "v")]));
     }
 
     #[test]

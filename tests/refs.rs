@@ -1,15 +1,19 @@
 //! Ref validation and trailer parsing, each held to the real git CLI as the oracle over a
-//! generated corpus plus hand-written adversarial cases.
+//! generated corpus plus hand-written adversarial cases; and a task's ref cloned through the
+//! binary as `git clone --branch` clones it.
 //!
 //! git is spawned once per input, spread over a few threads: a process per name is the only
-//! way to ask `check-ref-format --branch`, and threads keep the wall time down.
+//! way to ask `check-ref-format --branch`, and a commit per message is how git's own reading
+//! of a commit's trailers is reached (one `git log` then reads them all back).
 
 use std::collections::HashSet;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use metabob_mcp::cell::refname::{MAX_REF_LEN, validate_ref};
+use metabob_mcp::git::Repo;
 use metabob_mcp::trailers::{fixes_finding_ids, mentions_trailer_line, parse_trailers};
 
 use crate::support::TestEnv;
@@ -537,93 +541,247 @@ fn adversarial_messages() -> Vec<String> {
     .collect()
 }
 
-fn git_trailers(env: &TestEnv, message: &str) -> Vec<(String, String)> {
+/// What `git log` reads from one commit's message: the `Fixes-Finding` values as
+/// `%(trailers:key=Fixes-Finding,valueonly,unfold)` prints them, and every trailer as
+/// `%(trailers:only,unfold)` prints it.
+#[derive(Debug, Clone)]
+struct GitReads {
+    fixes: Vec<String>,
+    all: Vec<(String, String)>,
+}
+
+/// Commits every message verbatim into a scratch bare repository and reads each back with
+/// `git log`; answers come in input order, with the commits' ids.
+///
+/// `git commit-tree -F` stores a message byte for byte (no cleanup, no newline added). git's
+/// own commands refuse a message holding NUL, but a remote can still serve one, so those few
+/// are written as raw commit objects with `hash-object --literally`.
+fn git_log_trailers(env: &TestEnv, messages: &[String]) -> (PathBuf, Vec<(String, GitReads)>) {
+    let repo = env.path("trailer-oracle.git");
+    let msgs = env.path("trailer-messages");
+    std::fs::create_dir_all(&msgs).expect("messages dir");
+    env.git(
+        env.root.path(),
+        &["init", "-q", "--bare", &repo.display().to_string()],
+    );
+    let tree = env.git(&repo, &["mktree"]);
+    const STAMP: &str = "T <t@example.invalid> 1700000000 +0000";
+    let files: Vec<String> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let (name, bytes) = if m.contains('\0') {
+                let object = format!("tree {tree}\nauthor {STAMP}\ncommitter {STAMP}\n\n{m}");
+                (format!("{i}.obj"), object.into_bytes())
+            } else {
+                (format!("{i}.msg"), m.clone().into_bytes())
+            };
+            let path = msgs.join(name);
+            std::fs::write(&path, bytes).expect("write message file");
+            path.display().to_string()
+        })
+        .collect();
+
+    // One bash per thread, one git exec per message (see `git_branch_verdicts`). git's stdin
+    // is closed: commit-tree reads the message from stdin when the file is empty.
+    const LOOP: &str = "while IFS= read -r -d '' f; do \
+        case \"$f\" in \
+          *.obj) git hash-object -t commit -w --literally \"$f\" ;; \
+          *) git commit-tree -F \"$f\" \"$TREE\" ;; \
+        esac </dev/null || { echo \"committing $f failed\" >&2; exit 1; }; done";
+    let chunks: Vec<&[String]> = files.chunks(files.len().div_ceil(4).max(1)).collect();
+    let shas: Vec<String> = in_parallel(&chunks, |chunk| {
+        let mut child = hermetic(env, "bash")
+            .args(["-c", LOOP])
+            .env("GIT_DIR", &repo)
+            .env("TREE", &tree)
+            .env("GIT_AUTHOR_DATE", "@1700000000 +0000")
+            .env("GIT_COMMITTER_DATE", "@1700000000 +0000")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn bash for the commit loop");
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let input: Vec<u8> = chunk
+            .iter()
+            .flat_map(|f| f.bytes().chain(std::iter::once(0)))
+            .collect();
+        let writer = std::thread::spawn(move || stdin.write_all(&input));
+        let out = child.wait_with_output().expect("bash commit loop");
+        writer
+            .join()
+            .expect("writer thread")
+            .expect("write file names to bash");
+        assert!(out.status.success(), "committing a message failed");
+        let shas: Vec<String> = String::from_utf8(out.stdout)
+            .expect("ids are ASCII")
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(shas.len(), chunk.len(), "one commit per message");
+        shas
+    })
+    .into_iter()
+    .flatten()
+    .collect();
+
+    // One log over every commit; fields and records end in NUL, which no value can hold.
     let mut child = git(env)
-        .args(["interpret-trailers", "--parse"])
+        .args([
+            "log",
+            "--no-walk=unsorted",
+            "--stdin",
+            "-z",
+            "--format=%H%x00%(trailers:key=Fixes-Finding,valueonly,unfold)%x00%(trailers:only,unfold)",
+        ])
+        .env("GIT_DIR", &repo)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn git interpret-trailers");
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(message.as_bytes())
-        .expect("write message to git");
-    let out = child.wait_with_output().expect("git interpret-trailers");
+        .expect("spawn git log");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = shas.join("\n") + "\n";
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().expect("git log");
+    writer
+        .join()
+        .expect("writer thread")
+        .expect("write ids to git log");
     assert!(
         out.status.success(),
-        "git interpret-trailers failed on {message:?}: {}",
+        "git log failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).expect("git echoes UTF-8 input as UTF-8");
-    text.split_terminator('\n')
-        .map(|line| {
-            let (k, v) = line
-                .split_once(": ")
-                .unwrap_or_else(|| panic!("unexpected git output line {line:?}"));
-            (k.to_string(), v.to_string())
+    let text = String::from_utf8(out.stdout).expect("git echoes UTF-8 messages as UTF-8");
+    let fields: Vec<&str> = text.split('\0').collect();
+    let mut by_sha = std::collections::HashMap::new();
+    for record in fields.chunks_exact(3) {
+        let fixes = record[1]
+            .split_terminator('\n')
+            .map(str::to_string)
+            .collect();
+        let all = record[2]
+            .split_terminator('\n')
+            .map(|line| {
+                let (k, v) = line
+                    .split_once(": ")
+                    .unwrap_or_else(|| panic!("unexpected git output line {line:?}"));
+                (k.to_string(), v.to_string())
+            })
+            .collect();
+        by_sha.insert(record[0].to_string(), GitReads { fixes, all });
+    }
+    let answers = shas
+        .into_iter()
+        .map(|sha| {
+            let reads = by_sha
+                .get(&sha)
+                .unwrap_or_else(|| panic!("git log printed nothing for {sha}"))
+                .clone();
+            (sha, reads)
         })
-        .collect()
+        .collect();
+    (repo, answers)
+}
+
+/// Messages whose `---` line git's log reading does not treat as the start of a patch, so a
+/// parse that stops there (as `git interpret-trailers` does) reads a different block.
+fn divider_messages() -> Vec<String> {
+    [
+        "s\n\nFixes-Finding: agf_1\n---\nmore text\n",
+        "s\n\nFixes-Finding: agf_1\n---\n",
+        "s\n\nFixes-Finding: agf_1\n---",
+        "s\n\nFixes-Finding: agf_1\n--- a/x.rs\n+++ b/x.rs\n",
+        "s\n\nFixes-Finding: agf_1\n\n---\nnotes below the line\n",
+        "s\n\nFixes-Finding: agf_1\n\n---\nFixes-Finding: agf_2\n",
+        "s\n\nFixes-Finding: agf_1\nSigned-off-by: A <a@b>\n---\nFixes-Finding: agf_2\n",
+        "s\n\nbody\n---\nmore body\n\nFixes-Finding: agf_3\n",
+        "s\n\n---\n\nFixes-Finding: agf_4\n",
+        "---\n\nFixes-Finding: agf_5\n",
+        "s\n\nFixes-Finding: agf_6\n---\t\nReviewed-by: B <b@c>\n",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 #[test]
-fn parse_trailers_agrees_with_git_interpret_trailers() {
+fn parse_trailers_agrees_with_git_log_trailers() {
     let env = TestEnv::new();
     let mut messages = adversarial_messages();
+    messages.extend(divider_messages());
     let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
     while messages.len() < 600 {
         messages.push(random_message(&mut rng));
     }
 
     let started = Instant::now();
-    let git_says = in_parallel(&messages, |m| git_trailers(&env, m));
+    let (repo, git_says) = git_log_trailers(&env, &messages);
     eprintln!(
-        "git interpret-trailers --parse: {} messages in {:.1?}",
+        "git commit-tree + git log %(trailers): {} messages in {:.1?}",
         messages.len(),
         started.elapsed()
     );
+    // finding close reads messages through gix, so that read is held to git too.
+    let read_back = Repo::open(&repo).expect("open the oracle repository");
 
     let mut mismatches = Vec::new();
     let mut with_trailers = 0;
-    for (message, want) in messages.iter().zip(&git_says) {
-        let ours: Vec<(String, String)> = parse_trailers(message)
-            .into_iter()
-            .map(|t| (t.key, t.value))
-            .collect();
-        if !want.is_empty() {
+    for (message, (sha, want)) in messages.iter().zip(&git_says) {
+        if !want.all.is_empty() {
             with_trailers += 1;
         }
-        if &ours != want {
-            mismatches.push(format!(
-                "message {message:?}\n  git:  {want:?}\n  ours: {ours:?}"
-            ));
-            continue;
-        }
-        // The ids follow from git's own list, by the documented filter.
-        let mut ids: Vec<String> = Vec::new();
-        for (k, v) in want {
-            let v = v.trim();
-            let shaped = v.strip_prefix("agf_").is_some_and(|r| {
-                !r.is_empty()
-                    && r.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            });
-            if k.eq_ignore_ascii_case("Fixes-Finding") && shaped && !ids.iter().any(|i| i == v) {
-                ids.push(v.to_string());
+        let stored = read_back.commit(sha).expect("gix reads the commit").message;
+        for (how, text) in [("as given", message.as_str()), ("read by gix", &stored)] {
+            let ours: Vec<(String, String)> = parse_trailers(text)
+                .into_iter()
+                .map(|t| (t.key, t.value))
+                .collect();
+            if ours != want.all {
+                mismatches.push(format!(
+                    "message {message:?} ({how})\n  git:  {:?}\n  ours: {ours:?}",
+                    want.all
+                ));
+                continue;
             }
-        }
-        if fixes_finding_ids(message) != ids {
-            mismatches.push(format!(
-                "message {message:?}\n  ids from git: {ids:?}\n  ours: {:?}",
-                fixes_finding_ids(message)
-            ));
+            let fixes: Vec<&str> = ours
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("Fixes-Finding"))
+                .map(|(_, v)| v.as_str())
+                .collect();
+            if fixes != want.fixes {
+                mismatches.push(format!(
+                    "message {message:?} ({how})\n  git Fixes-Finding: {:?}\n  ours: {fixes:?}",
+                    want.fixes
+                ));
+                continue;
+            }
+            // The ids follow from git's own values, by the documented filter.
+            let mut ids: Vec<String> = Vec::new();
+            for v in &want.fixes {
+                let v = v.trim();
+                let shaped = v.strip_prefix("agf_").is_some_and(|r| {
+                    !r.is_empty()
+                        && r.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                });
+                if shaped && !ids.iter().any(|i| i == v) {
+                    ids.push(v.to_string());
+                }
+            }
+            if fixes_finding_ids(text) != ids {
+                mismatches.push(format!(
+                    "message {message:?} ({how})\n  ids from git: {ids:?}\n  ours: {:?}",
+                    fixes_finding_ids(text)
+                ));
+            }
         }
     }
     assert!(
         mismatches.is_empty(),
-        "{} of {} messages disagree with git:\n{}",
+        "{} disagreements with git over {} messages:\n{}",
         mismatches.len(),
         messages.len(),
         mismatches.join("\n")
@@ -683,4 +841,156 @@ fn a_squash_merge_keeps_the_fix_as_a_mention_only() {
         "Fixes-Finding",
         "agf_other"
     ));
+}
+
+// ---------------------------------------------------------------- a task's ref, cloned
+
+/// `finding record` of a task on `a.py` whose details name `ref: <name>`.
+fn record_task_with_ref(env: &TestEnv, url: &str, name: &str) {
+    let details = format!("ref: {name}");
+    let summary = format!("work on {name}");
+    let out = env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        url,
+        "--file",
+        "a.py",
+        "--summary",
+        &summary,
+        "--severity",
+        "HIGH",
+        "--category",
+        "task",
+        "--details",
+        &details,
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("record --json");
+    assert_eq!(v["outcome"], "recorded", "{v}");
+}
+
+/// What a checkout is, as the git CLI reads it: HEAD's commit, what HEAD names (`HEAD` when
+/// detached), and each local branch with its commit and upstream.
+fn checkout_state(env: &TestEnv, dir: &std::path::Path) -> Vec<String> {
+    vec![
+        env.git(dir, &["rev-parse", "HEAD"]),
+        env.git(dir, &["rev-parse", "--symbolic-full-name", "HEAD"]),
+        env.git(
+            dir,
+            &[
+                "for-each-ref",
+                "--format=%(refname) %(objectname) %(upstream)",
+                "refs/heads/",
+            ],
+        ),
+    ]
+}
+
+/// A task's ref is found as `git clone --branch` finds it, through the real binary: the
+/// origin's branch of that name, else its tag, never a revision. Each name here means
+/// something else to `git rev-parse` or to a partial-name lookup, and each ref points at a
+/// commit of its own, so checking out the wrong one shows.
+#[test]
+fn task_pull_clones_a_ref_as_git_clone_branch_finds_it() {
+    let env = TestEnv::new();
+    let _ledger = env.ledger("main", &[]);
+    let (bare, url) = env.origin("app", &[("a.py", "x = 1\n")]);
+    let main = env.git(&bare, &["rev-parse", "refs/heads/main"]);
+    let tree = format!("{main}^{{tree}}");
+    let commit = |what: &str| env.git(&bare, &["commit-tree", &tree, "-p", &main, "-m", what]);
+    // `@` alone is HEAD (main) to rev-parse.
+    env.git(&bare, &["update-ref", "refs/heads/@", &commit("branch @")]);
+    // git clone reads this name under refs/heads/; a full-name lookup would take the decoy.
+    let nested = commit("branch refs/heads/side");
+    env.git(
+        &bare,
+        &["update-ref", "refs/heads/refs/heads/side", &nested],
+    );
+    env.git(
+        &bare,
+        &["update-ref", "refs/heads/side", &commit("decoy side")],
+    );
+    // An annotated tag: checked out detached, at the commit it tags.
+    env.git(&bare, &["tag", "-a", "-m", "v1", "v1", &commit("tag v1")]);
+    // A branch and a tag of one name: the branch wins.
+    env.git(
+        &bare,
+        &[
+            "update-ref",
+            "refs/heads/release",
+            &commit("branch release"),
+        ],
+    );
+    env.git(&bare, &["tag", "release", &commit("tag release")]);
+    // Each name and the exact ref in the origin that it must check out.
+    let cases = [
+        ("@", "refs/heads/@"),
+        ("refs/heads/side", "refs/heads/refs/heads/side"),
+        ("v1", "refs/tags/v1^{commit}"),
+        ("release", "refs/heads/release"),
+    ];
+    for (name, _) in cases {
+        assert!(validate_ref(name).is_ok(), "{name:?} passes validation");
+        record_task_with_ref(&env, &url, name);
+    }
+
+    let mut pulled = Vec::new();
+    for cell in 0..cases.len() {
+        let task = env.path(&format!("c{cell}/task")).display().to_string();
+        let work = env.path(&format!("c{cell}/work"));
+        let w = work.display().to_string();
+        let out = env.run(&[
+            "task",
+            "pull",
+            "--origin",
+            &url,
+            "--task-dir",
+            &task,
+            "--work-dir",
+            &w,
+            "--json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("pull --json");
+        assert_eq!(v["status"], "pulled", "{v}");
+        let name = v["task"]["ref"]
+            .as_str()
+            .expect("the task has a ref")
+            .to_string();
+        let (_, exact) = cases
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("pulled an unknown ref {name:?}"));
+        let want = env.git(&bare, &["rev-parse", "--verify", exact]);
+        assert_eq!(v["task"]["base"], want.as_str(), "base of ref {name:?}");
+        assert_eq!(
+            env.git(&work, &["rev-parse", "HEAD"]),
+            want,
+            "HEAD for ref {name:?}"
+        );
+        assert_eq!(
+            env.git(&work, &["status", "--porcelain"]),
+            "",
+            "clean work tree"
+        );
+
+        let oracle = env.path(&format!("oracle-{cell}"));
+        let o = oracle.display().to_string();
+        env.git(
+            env.root.path(),
+            &["clone", "-q", "--branch", &name, &url, &o],
+        );
+        assert_eq!(
+            checkout_state(&env, &work),
+            checkout_state(&env, &oracle),
+            "task pull and git clone --branch {name:?} differ"
+        );
+        pulled.push(name);
+    }
+    pulled.sort();
+    let mut all: Vec<String> = cases.iter().map(|(n, _)| n.to_string()).collect();
+    all.sort();
+    assert_eq!(pulled, all, "every task was pulled once");
 }

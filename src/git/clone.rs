@@ -16,11 +16,16 @@ fn ensure_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// `git clone [--branch <branch>] <url> <dest>`: the work tree checked out, `origin` set up
+/// `git clone [--branch <name>] <url> <dest>`: the work tree checked out, `origin` set up
 /// with the standard refspec, `refs/remotes/origin/*` and `origin/HEAD` written. `branch`
 /// `None` checks out the remote's default branch. `progress` prints each stage on stderr
 /// (the caller decides, by whether stderr is a terminal). `dest` must be empty or missing;
 /// a failed clone removes what it created. Returns the repository and the checked-out sha.
+///
+/// `branch` is looked up the way `git clone --branch` looks it up: the remote's
+/// `refs/heads/<name>`, else its `refs/tags/<name>` (checked out on a detached HEAD), else
+/// `RefNotFound`. It is never read as a revision or a partial ref name: `@` is the branch
+/// named `@`, not HEAD, and `refs/heads/x` is the branch `refs/heads/refs/heads/x`.
 pub fn clone_at(
     url: &str,
     dest: &Path,
@@ -28,7 +33,7 @@ pub fn clone_at(
     progress: bool,
 ) -> Result<(Repo, String), GitError> {
     let fail = |detail: String| GitError::Clone {
-        url: url.to_string(),
+        url: crate::guard::redact_url_credentials(url),
         detail,
     };
     match std::fs::read_dir(dest) {
@@ -49,30 +54,95 @@ pub fn clone_at(
             .map_err(|e| fail(format!("cannot create {}: {e}", parent.display())))?;
     }
     ensure_tls_provider();
-    let stage = |msg: String| {
-        if progress {
-            eprintln!("{msg}");
-        }
+    if progress {
+        let shown = crate::guard::redact_url_credentials(url);
+        eprintln!("Cloning {shown} into {}…", dest.display());
+    }
+    let cloned = match branch {
+        None => fetch_and_check_out(url, dest, Wanted::RemoteHead, progress)?,
+        Some(name) => match fetch_and_check_out(url, dest, Wanted::Branch(name), progress)? {
+            Some(done) => Some(done),
+            // gix decides a named ref only after listing the remote's refs, and a failed
+            // attempt removes what it created; so a tag costs a second handshake, which is
+            // cheaper than listing the refs up front for every branch.
+            None => fetch_and_check_out(url, dest, Wanted::Tag(name), progress)?,
+        },
     };
-    stage(format!("Cloning {url} into {}…", dest.display()));
+    let (repo, head) =
+        cloned.ok_or_else(|| GitError::RefNotFound(branch.unwrap_or("HEAD").to_string()))?;
+    if progress {
+        eprintln!("Checked out {head}.");
+    }
+    Ok((repo, head))
+}
 
+/// What a clone checks out.
+#[derive(Clone, Copy)]
+enum Wanted<'a> {
+    /// The branch the remote's HEAD names.
+    RemoteHead,
+    /// The remote's `refs/heads/<name>`, and nothing else.
+    Branch(&'a str),
+    /// The remote's `refs/tags/<name>`, and nothing else.
+    Tag(&'a str),
+}
+
+impl Wanted<'_> {
+    /// The exact ref on the remote: a full name, so gix neither expands it as a partial name
+    /// nor reads `@` in it as HEAD.
+    fn full_name(self) -> Option<String> {
+        match self {
+            Wanted::RemoteHead => None,
+            Wanted::Branch(name) => Some(format!("refs/heads/{name}")),
+            Wanted::Tag(name) => Some(format!("refs/tags/{name}")),
+        }
+    }
+}
+
+/// One clone attempt; `Ok(None)` when the remote has no ref `wanted` names, with nothing
+/// left behind in `dest`.
+fn fetch_and_check_out(
+    url: &str,
+    dest: &Path,
+    wanted: Wanted<'_>,
+    progress: bool,
+) -> Result<Option<(Repo, String)>, GitError> {
+    let fail = |detail: String| GitError::Clone {
+        url: crate::guard::redact_url_credentials(url),
+        detail,
+    };
     let interrupt = AtomicBool::new(false);
     let prepare = gix::prepare_clone(url, dest).map_err(|e| fail(e.to_string()))?;
-    let mut prepare = match branch {
-        Some(b) => prepare
-            .with_ref_name(Some(b))
-            .map_err(|_| GitError::RefNotFound(b.to_string()))?,
+    let full_name = wanted.full_name();
+    let mut prepare = match full_name.as_deref() {
+        Some(full) => match prepare.with_ref_name(Some(full)) {
+            Ok(p) => p,
+            // Not a valid ref name, so no ref on any remote has it.
+            Err(_) => return Ok(None),
+        },
         None => prepare,
     };
-    let (mut checkout, outcome) = prepare
-        .fetch_then_checkout(gix::progress::Discard, &interrupt)
-        .map_err(|e| match e {
-            gix::clone::fetch::Error::RefNameMissing { wanted } => {
-                GitError::RefNotFound(wanted.as_ref().as_bstr().to_str_lossy().into_owned())
+    let (mut checkout, outcome) =
+        match prepare.fetch_then_checkout(gix::progress::Discard, &interrupt) {
+            Ok(done) => done,
+            Err(gix::clone::fetch::Error::RefNameMissing { .. }) if full_name.is_some() => {
+                return Ok(None);
             }
-            other => fail(chain(&other)),
-        })?;
-    stage("Checking out files…".to_string());
+            Err(gix::clone::fetch::Error::RefNameMissing { wanted }) => {
+                return Err(GitError::RefNotFound(
+                    wanted.as_ref().as_bstr().to_str_lossy().into_owned(),
+                ));
+            }
+            Err(other) => return Err(fail(chain(&other))),
+        };
+    // gix points HEAD at whatever ref it was given; git clone --branch <tag> detaches instead,
+    // so a commit made in the cell never moves a tag.
+    if let (Wanted::Tag(_), Some(tag)) = (wanted, full_name.as_deref()) {
+        detach_head_at(checkout.repo(), tag).map_err(fail)?;
+    }
+    if progress {
+        eprintln!("Checking out files…");
+    }
     let (repo, _) = checkout
         .main_worktree(gix::progress::Discard, &interrupt)
         .map_err(|e| fail(chain(&e)))?;
@@ -87,8 +157,35 @@ pub fn clone_at(
     let head = repo
         .head()?
         .ok_or_else(|| fail("the remote has no commits to check out".to_string()))?;
-    stage(format!("Checked out {head}."));
-    Ok((repo, head))
+    Ok(Some((repo, head)))
+}
+
+/// Points HEAD straight at the commit the fetched `tag` (a full name) leads to.
+fn detach_head_at(repo: &gix::Repository, tag: &str) -> Result<(), String> {
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+    let commit = repo
+        .find_reference(tag)
+        .map_err(|e| format!("the fetched {tag} cannot be read: {e}"))?
+        .peel_to_commit()
+        .map_err(|e| format!("{tag} does not lead to a commit: {e}"))?
+        .id;
+    repo.edit_reference(RefEdit {
+        change: Change::Update {
+            log: LogChange {
+                mode: RefLog::AndReference,
+                force_create_reflog: false,
+                message: format!("clone: checkout {tag}").into(),
+            },
+            expected: PreviousValue::Any,
+            new: gix::refs::Target::Object(commit),
+        },
+        name: "HEAD"
+            .try_into()
+            .map_err(|e| format!("HEAD is not a valid ref name: {e}"))?,
+        deref: false,
+    })
+    .map_err(|e| format!("detaching HEAD at {tag} failed: {e}"))?;
+    Ok(())
 }
 
 fn write_remote_head(
