@@ -266,3 +266,101 @@ mod tests {
         assert_eq!(read.len(), 1);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use crate::ledger::claims::{MAX_CLAIM_MINUTES, holder, lapses_at};
+    use crate::ledger::finding::Finding;
+    use crate::ledger::verdict::Verdict;
+    use crate::util::rfc3339_ms;
+
+    use super::{MAX_TIME_MS, RowMeta};
+
+    /// Header lines as a hostile writer might put them: known keys with any value, unknown keys,
+    /// lines that are not `key: value`, and blank lines that end the block early.
+    fn header_line() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("verdict".to_string()),
+            Just("claim_minutes".to_string()),
+            Just("finding_ids".to_string()),
+            Just("files".to_string()),
+            Just("reviewed_by".to_string()),
+            Just("fix".to_string()),
+            Just("status".to_string()),
+            "[a-z_]{1,12}",
+        ];
+        let value = prop_oneof![
+            Just("claimed".to_string()),
+            Just("fixed".to_string()),
+            Just("agf_0123456789abcdef".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            ".{0,40}",
+            "[ -~]{0,5000}",
+        ];
+        prop_oneof![
+            (key, value).prop_map(|(k, v)| format!("{k}: {v}")),
+            ".{0,30}",
+            Just(String::new()),
+        ]
+    }
+
+    fn row() -> impl Strategy<Value = Value> {
+        let id = prop_oneof![
+            Just(Value::Null),
+            "concept_[0-9a-f]{1,12}".prop_map(Value::from),
+            ".{0,300}".prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+        ];
+        let seq = prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            ".{0,10}".prop_map(Value::from),
+        ];
+        let created = prop_oneof![
+            Just(Value::Null),
+            (0i64..=MAX_TIME_MS + 10).prop_map(|ms| Value::from(rfc3339_ms(ms))),
+            ".{0,30}".prop_map(Value::from),
+            "[0-9]{4,6}-[0-9]{2}-[0-9]{2}T00:00:00Z".prop_map(Value::from),
+        ];
+        let content = prop::collection::vec(header_line(), 0..12).prop_map(|l| l.join("\n"));
+        (id, seq, created, ".{0,80}", content).prop_map(|(id, seq, created, summary, content)| {
+            json!({"id": id, "seq": seq, "created_at": created, "summary": summary, "content": content})
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// No row makes a reader panic, and whatever a reader accepts is within its bounds, so
+        /// the holder rule and every time it prints stay total.
+        #[test]
+        fn readers_accept_only_bounded_rows(rows in prop::collection::vec(row(), 0..8), now in any::<i64>()) {
+            let mut verdicts = Vec::new();
+            for r in &rows {
+                if let Ok(Some(m)) = RowMeta::read(r) {
+                    prop_assert!((0..=MAX_TIME_MS).contains(&m.created_ms));
+                    prop_assert!(m.seq >= 0);
+                }
+                if let Ok(Some(f)) = Finding::read(r) {
+                    prop_assert!(!f.finding_ids.is_empty());
+                    let _ = rfc3339_ms(f.created_ms);
+                }
+                if let Ok(Some(v)) = Verdict::read(r) {
+                    if let Some(m) = v.claim_minutes {
+                        prop_assert!((1..=MAX_CLAIM_MINUTES).contains(&m));
+                    }
+                    verdicts.push(v);
+                }
+            }
+            if let Some(h) = holder(&verdicts, now) {
+                let _ = rfc3339_ms(lapses_at(&h));
+                let _ = rfc3339_ms(h.until_ms);
+            }
+        }
+    }
+}
