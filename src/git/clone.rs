@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use gix::bstr::ByteSlice;
 use gix::remote::Direction;
 
-use super::{GitError, Repo};
+use super::{GitError, Repo, with_causes};
 
 /// gix's https transport builds its rustls config from the process-wide crypto provider; the
 /// crate carries ring only (no aws-lc), so name it before the first connection. Installing
@@ -112,7 +112,7 @@ fn fetch_and_check_out(
         detail,
     };
     let interrupt = AtomicBool::new(false);
-    let prepare = gix::prepare_clone(url, dest).map_err(|e| fail(e.to_string()))?;
+    let prepare = gix::prepare_clone(url, dest).map_err(|e| fail(with_causes(&e)))?;
     let full_name = wanted.full_name();
     let mut prepare = match full_name.as_deref() {
         Some(full) => match prepare.with_ref_name(Some(full)) {
@@ -133,7 +133,7 @@ fn fetch_and_check_out(
                     wanted.as_ref().as_bstr().to_str_lossy().into_owned(),
                 ));
             }
-            Err(other) => return Err(fail(chain(&other))),
+            Err(other) => return Err(fail(with_causes(&other))),
         };
     // gix points HEAD at whatever ref it was given; git clone --branch <tag> detaches instead,
     // so a commit made in the cell never moves a tag.
@@ -145,7 +145,7 @@ fn fetch_and_check_out(
     }
     let (repo, _) = checkout
         .main_worktree(gix::progress::Discard, &interrupt)
-        .map_err(|e| fail(chain(&e)))?;
+        .map_err(|e| fail(with_causes(&e)))?;
 
     // gix's clone does not record the remote's HEAD under refs/remotes/origin/HEAD, which
     // `git clone` does and the "fix on task branches awaits its merge into the default branch"
@@ -256,27 +256,13 @@ pub(super) fn fetch(repo: &gix::Repository, remote: &str) -> Result<(), GitError
         .find_remote(remote)
         .map_err(|e| fail(format!("no such remote: {e}")))?;
     let interrupt = AtomicBool::new(false);
-    let connection = r.connect(Direction::Fetch).map_err(|e| fail(chain(&e)))?;
+    let connection = r
+        .connect(Direction::Fetch)
+        .map_err(|e| fail(with_causes(&e)))?;
     connection
         .prepare_fetch(gix::progress::Discard, Default::default())
-        .map_err(|e| fail(chain(&e)))?
+        .map_err(|e| fail(with_causes(&e)))?
         .receive(gix::progress::Discard, &interrupt)
-        .map_err(|e| fail(chain(&e)))?;
+        .map_err(|e| fail(with_causes(&e)))?;
     Ok(())
-}
-
-/// An error with its sources on one line: gix wraps the useful cause ("connection refused",
-/// "repository not found") several levels down.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }

@@ -45,7 +45,7 @@ fn read_err(e: impl std::error::Error) -> GitError {
 
 /// An error's line followed by each underlying cause it does not already say (anchor:
 /// with_causes): gix often names only the step that failed, and the reason sits in a source.
-pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(e: &(dyn std::error::Error + '_)) -> String {
     let mut line = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
