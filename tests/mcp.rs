@@ -852,3 +852,129 @@ fn a_closed_stdout_ends_the_server() {
         "the server did not end when its stdout closed"
     );
 }
+
+impl Raw {
+    /// Writes one raw line, whatever it holds.
+    fn send_raw(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line).expect("write");
+        stdin.write_all(b"\n").expect("write");
+        stdin.flush().expect("flush");
+    }
+}
+
+#[test]
+fn malformed_input_is_answered_as_json_rpc_says_and_the_server_goes_on() {
+    let env = TestEnv::new();
+    let (mut raw, _) = Raw::start(&env, &["serve"]);
+    // (line, code, id): not JSON has no id to read; an id that is no id is not read either.
+    let cases = [
+        ("not json", -32700, Value::Null),
+        (r#"{"jsonrpc":"2.0","id":7}"#, -32600, json!(7)),
+        ("[1,2]", -32600, Value::Null),
+        (
+            r#"{"jsonrpc":"2.0","id":{},"method":"tools/list"}"#,
+            -32600,
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"1.0","id":"seven","method":"tools/list"}"#,
+            -32600,
+            json!("seven"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":"x"}"#,
+            -32602,
+            json!(8),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"get_metrics","arguments":5}}"#,
+            -32602,
+            json!(9),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"arguments":{}}}"#,
+            -32602,
+            json!(10),
+        ),
+    ];
+    let mut answers = String::new();
+    for (line, code, id) in cases {
+        raw.send_raw(line.as_bytes());
+        let answer = read_line(&mut raw.stdout);
+        assert_eq!(answer["error"]["code"], code, "{line} -> {answer}");
+        assert_eq!(answer.get("id"), Some(&id), "{line} -> {answer}");
+        answers.push_str(&format!("{line}\n{answer}\n\n"));
+    }
+
+    // A line over the limit is read to its end, answered, and the next line is read as usual.
+    let limit = metabob_mcp::mcp::framing::MAX_LINE_BYTES;
+    let mut long = br#"{"jsonrpc":"2.0","id":11,"method":"tools/list","params":{"pad":""#.to_vec();
+    long.resize(limit + 1, b'x');
+    long.extend_from_slice(br#""}}"#);
+    raw.send_raw(&long);
+    let answer = read_line(&mut raw.stdout);
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert_eq!(answer.get("id"), Some(&Value::Null), "{answer}");
+    answers.push_str(&format!("<a line of {} bytes>\n{answer}\n\n", long.len()));
+
+    // JSON-RPC answers no notification, even a malformed one, and a blank line is no message: the
+    // next line out answers the next request.
+    raw.send_raw(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}"#);
+    raw.send_raw(b"");
+    raw.send(json!({"jsonrpc": "2.0", "id": 12, "method": "ping"}));
+    let pong = read_line(&mut raw.stdout);
+    assert_eq!(pong, json!({"jsonrpc": "2.0", "id": 12, "result": {}}));
+
+    // After all of that, the session serves as before.
+    raw.send(json!({"jsonrpc": "2.0", "id": 13, "method": "tools/list"}));
+    let list = read_line(&mut raw.stdout);
+    assert_eq!(list["id"], 13, "{list}");
+    let listed = list["result"]["tools"].as_array().map_or(0, Vec::len);
+    assert_eq!(listed, metabob_mcp::mcp::tools::TOOLS.len(), "{list}");
+    raw.call(14, "get_metrics");
+    let call = read_line(&mut raw.stdout);
+    assert_eq!(call["id"], 14, "{call}");
+    assert_eq!(call["result"]["isError"], false, "{call}");
+
+    let (rest, _) = raw.finish();
+    assert_eq!(rest.trim(), "", "nothing more on stdout");
+    insta::assert_snapshot!("malformed_input_answers", answers);
+}
+
+#[test]
+fn a_message_before_initialize_that_is_not_json_is_answered_and_initialize_still_works() {
+    let env = TestEnv::new();
+    let mut child = env
+        .cmd(&["serve"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the server");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    writeln!(stdin, "\u{feff}{{oops").expect("write");
+    let answer = read_line(&mut stdout);
+    assert_eq!(answer["error"]["code"], -32700, "{answer}");
+    assert_eq!(answer.get("id"), Some(&Value::Null), "{answer}");
+    writeln!(
+        stdin,
+        "{}\r",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+    )
+    .expect("write");
+    let init = read_line(&mut stdout);
+    assert_eq!(init["id"], 1, "{init}");
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    drop(stdin);
+    assert!(
+        wait_until(Duration::from_secs(30), || matches!(
+            child.try_wait(),
+            Ok(Some(_))
+        )),
+        "the server did not end when stdin closed"
+    );
+}

@@ -3,6 +3,7 @@
 
 pub mod calllog;
 pub mod ctx;
+pub mod framing;
 pub mod instructions;
 pub mod schema;
 pub mod server;

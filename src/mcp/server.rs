@@ -1,5 +1,6 @@
-//! The MCP surface over stdio (SPEC.md §The MCP server): rmcp carries the protocol; each call goes
-//! to the one registry path. stdout is JSON-RPC only; logs go to stderr.
+//! The MCP surface over stdio (SPEC.md §The MCP server): rmcp carries the protocol on our own
+//! line framing (`framing.rs`, which answers what is not a message); each call goes to the one
+//! registry path. stdout is JSON-RPC only; logs go to stderr.
 
 use std::sync::Arc;
 
@@ -9,11 +10,13 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::calllog::Via;
 use super::ctx::Ctx;
+use super::framing;
 use super::instructions::INSTRUCTIONS;
-use super::tools::{self, TOOLS};
+use super::tools::{self, Reply, TOOLS};
 use super::workspace::Roots;
 
 #[derive(Clone)]
@@ -92,8 +95,8 @@ impl ServerHandler for Server {
         let ctx = self.ctx.clone();
         let name = request.name.to_string();
         // rmcp sends no answer for a cancelled request; the call stops being awaited here.
-        let Some(reply) = tools::call(&ctx, &name, args, Via::Stdio, context.ct.cancelled()).await
-        else {
+        let call = tools::call(&ctx, &name, args, Via::Stdio, context.ct.cancelled());
+        let Some(reply) = answer_even_if_it_panics(&name, call).await else {
             return Err(ErrorData::internal_error("cancelled by the client", None));
         };
         let content = vec![ContentBlock::text(reply.text)];
@@ -114,94 +117,143 @@ impl ServerHandler for Server {
     }
 }
 
-/// Serves MCP on `transport` until the client closes it (the in-process tests' entry).
-pub async fn serve<T, E, A>(ctx: Arc<Ctx>, transport: T) -> Result<(), String>
+/// Serves MCP on a byte stream until the client closes it (the in-process tests' entry), through
+/// the same framing as stdio.
+pub async fn serve<R, W>(ctx: Arc<Ctx>, (read, write): (R, W)) -> Result<(), String>
 where
-    T: rmcp::transport::IntoTransport<RoleServer, E, A>,
-    E: std::error::Error + Send + Sync + 'static,
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
 {
-    run(ctx, transport, Arc::new(tokio::sync::Notify::new())).await
+    run(ctx, read, write).await
 }
 
 /// Serves MCP on this process's stdin and stdout (anchor: serve_stdio). rmcp logs a failed
 /// write and reads on, so a client that closed our stdout would leave the server running: a
-/// failed write to stdout ends the session instead.
+/// failed write to stdout ends the session instead (the framing's writer signals it).
 pub async fn serve_stdio(ctx: Arc<Ctx>) -> Result<(), String> {
-    let gone = Arc::new(tokio::sync::Notify::new());
-    let stdout = WatchedWriter {
-        inner: tokio::io::stdout(),
-        gone: gone.clone(),
-    };
-    run(ctx, (tokio::io::stdin(), stdout), gone).await
+    run(ctx, tokio::io::stdin(), tokio::io::stdout()).await
 }
 
-/// Runs a session until the transport closes or `gone` is signalled.
-async fn run<T, E, A>(
-    ctx: Arc<Ctx>,
-    transport: T,
-    gone: Arc<tokio::sync::Notify>,
-) -> Result<(), String>
+/// Runs a session on framed `read` and `write` until the input ends or the output fails.
+async fn run<R, W>(ctx: Arc<Ctx>, read: R, write: W) -> Result<(), String>
 where
-    T: rmcp::transport::IntoTransport<RoleServer, E, A>,
-    E: std::error::Error + Send + Sync + 'static,
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
 {
-    let running = Server::new(ctx)
-        .serve(transport)
+    let (transport, link) = framing::frame(read, write);
+    let gone = link.gone.clone();
+    let session = async {
+        let running = Server::new(ctx)
+            .serve(transport)
+            .await
+            .map_err(|e| format!("the MCP session did not start: {e}"))?;
+        let cancel = running.cancellation_token();
+        tokio::select! {
+            r = running.waiting() => {
+                r.map_err(|e| format!("the MCP session ended abnormally: {e}"))?;
+            }
+            _ = gone.notified() => {
+                tracing::info!("stdout is closed: the client is gone");
+                cancel.cancel();
+            }
+        }
+        Ok(())
+    };
+    let result = session.await;
+    link.finish().await;
+    result
+}
+
+/// A call to a tool that panicked still gets an answer (anchor: answer_even_if_it_panics): the
+/// panic is caught here, logged, and the client is told that an internal error stopped the call.
+/// Without this the panic would end rmcp's task for the request and the call would never be
+/// answered.
+async fn answer_even_if_it_panics(
+    name: &str,
+    call: impl Future<Output = Option<Reply>>,
+) -> Option<Reply> {
+    let caught = CatchPanic {
+        inner: Box::pin(call),
+    }
+    .await;
+    match caught {
+        Ok(reply) => reply,
+        Err(what) => {
+            tracing::error!("tool call {name} panicked: {what}");
+            Some(Reply::error(format!(
+                "{name}: internal error: the tool stopped unexpectedly and its work may be \
+                 incomplete. This is a bug in metabob-mcp; the server's log (stderr) has the \
+                 details."
+            )))
+        }
+    }
+}
+
+/// A future that turns a panic while it is polled into `Err(message)`. Polled in place rather
+/// than spawned as a task, so the call keeps its cancellation and borrows as they are.
+struct CatchPanic<F> {
+    inner: std::pin::Pin<Box<F>>,
+}
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = self.inner.as_mut();
+        // Unwind safety: after a panic the future is dropped, never polled again. What it
+        // shared through the context may be left half done, and a lock it held is poisoned; a
+        // later call that takes that lock panics in turn and is answered here the same way, so
+        // the server stays up and says so instead of going on as if nothing had happened.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(payload) => std::task::Poll::Ready(Err(panic_message(payload.as_ref()))),
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_call_is_answered_with_an_internal_error() {
+        let reply = answer_even_if_it_panics("get_metrics", async {
+            tokio::task::yield_now().await;
+            panic!("boom");
+        })
         .await
-        .map_err(|e| format!("the MCP session did not start: {e}"))?;
-    let cancel = running.cancellation_token();
-    tokio::select! {
-        r = running.waiting() => {
-            r.map_err(|e| format!("the MCP session ended abnormally: {e}"))?;
-        }
-        _ = gone.notified() => {
-            tracing::info!("stdout is closed: the client is gone");
-            cancel.cancel();
-        }
-    }
-    Ok(())
-}
-
-/// An async writer that signals the first write error.
-struct WatchedWriter<W> {
-    inner: W,
-    gone: Arc<tokio::sync::Notify>,
-}
-
-impl<W: tokio::io::AsyncWrite + Unpin> WatchedWriter<W> {
-    fn watch<T>(
-        &self,
-        r: std::task::Poll<std::io::Result<T>>,
-    ) -> std::task::Poll<std::io::Result<T>> {
-        if let std::task::Poll::Ready(Err(_)) = &r {
-            self.gone.notify_one();
-        }
-        r
-    }
-}
-
-impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WatchedWriter<W> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.watch(r)
+        .expect("an answer");
+        assert!(reply.is_error);
+        assert!(
+            reply.text.starts_with("get_metrics: internal error:"),
+            "{}",
+            reply.text
+        );
+        assert!(!reply.text.contains("boom"), "{}", reply.text);
     }
 
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let r = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
-        self.watch(r)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    #[tokio::test]
+    async fn a_call_that_does_not_panic_is_untouched() {
+        let reply = answer_even_if_it_panics("x", async { Some(Reply::ok("fine")) }).await;
+        assert_eq!(reply.map(|r| r.text), Some("fine".to_string()));
+        assert!(
+            answer_even_if_it_panics("x", async { None })
+                .await
+                .is_none()
+        );
     }
 }
