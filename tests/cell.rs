@@ -292,6 +292,31 @@ fn a_squash_merge_closes_through_the_trailer_line_in_its_body() {
 }
 
 #[test]
+fn a_trailer_above_a_dashed_line_is_no_trailer_to_git_and_closes_nothing() {
+    let w = world();
+    let id = w.record_task("a.py", "a returns 6", "");
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (_, work) = w.dirs("c1");
+    std::fs::write(work.join("a.py"), "def a():\n    return 6\n").unwrap();
+    // `git log --format=%(trailers)` reads this message as having no trailer block at all.
+    let message = format!("a returns 6\n\nFixes-Finding: {id}\n---\nnotes after a divider");
+    w.env.git(&work, &["commit", "-q", "-am", &message]);
+    let oracle = w.env.git(
+        &work,
+        &[
+            "log",
+            "-1",
+            "--format=%(trailers:key=Fixes-Finding,valueonly)",
+        ],
+    );
+    assert_eq!(oracle.trim(), "", "git sees no trailer");
+    w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let out = w.close_text(&work, &["--commits", "HEAD~1..HEAD"]);
+    insta::assert_snapshot!("finding_close_dashed_line_is_no_trailer", w.snap(&out));
+    assert!(w.fix_verdicts().is_empty(), "nothing was closed");
+}
+
+#[test]
 fn a_revert_is_reported_and_a_reapplied_fix_closes() {
     let w = world();
     let id = w.record_task("a.py", "a returns 5", "");
