@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use serde_json::{Map, Value, json};
 
 use super::db::Writer;
-use super::errors::ApiError;
+use super::errors::{ApiError, QueryBound};
 use super::input::Fields;
 use crate::util::{random_hex, rfc3339_ms};
 
@@ -27,6 +27,10 @@ pub const EDGE_TYPES: &[&str] = &[
 /// Upper bound on `limit` for searches, graphs and sequences.
 pub const MAX_LIMIT: i64 = 1000;
 pub const DEFAULT_LIMIT: i64 = 10;
+/// Upper bound on the searchable words in a `conceptSearch` query. Each word is one more FTS5
+/// phrase that every candidate row is tested against, so the words, not the bytes, set a
+/// search's cost; a query of a hundred thousand words once held a reader for 48 s.
+pub const MAX_QUERY_TERMS: usize = 32;
 /// Upper bound on `GET /concepts/:id/usage?limit=`.
 pub const MAX_USAGE_LIMIT: i64 = 50;
 /// How far a repeated link moves the edge's weight toward the new observation.
@@ -234,13 +238,53 @@ pub struct Search {
     offset: i64,
 }
 
+/// Upper bound on a `conceptSearch` query's text, in bytes: the client's own cap on a `query`
+/// field (`crate::guard`, SPEC.md §Field kinds and caps), so whatever the client lets through
+/// the ledger searches, and the two cannot drift apart.
+// anchor: max_query_bytes
+pub fn max_query_bytes() -> usize {
+    crate::guard::field_rule("query").cap
+}
+
+/// The searchable words of query text: whitespace-separated words holding a letter or a digit.
+fn query_terms(text: &str) -> impl Iterator<Item = &str> {
+    text.split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+}
+
+/// Holds query text to the search bounds: at most [`max_query_bytes`] bytes, no NUL (SQLite
+/// would end the text there), at most [`MAX_QUERY_TERMS`] searchable words.
+// anchor: check_query
+pub fn check_query(text: &str) -> Result<(), ApiError> {
+    let max = max_query_bytes();
+    if text.len() > max {
+        return Err(ApiError::QueryTooLarge {
+            bound: QueryBound::Bytes,
+            got: text.len(),
+            max,
+        });
+    }
+    if text.contains('\0') {
+        return Err(ApiError::bad(
+            "query: contains a NUL byte (U+0000), which no text can match",
+        ));
+    }
+    let terms = query_terms(text).count();
+    if terms > MAX_QUERY_TERMS {
+        return Err(ApiError::QueryTooLarge {
+            bound: QueryBound::Terms,
+            got: terms,
+            max: MAX_QUERY_TERMS,
+        });
+    }
+    Ok(())
+}
+
 /// Turns arbitrary text into an FTS5 expression that cannot be a syntax error: each word becomes
 /// a quoted phrase, and any phrase may match. `None` when nothing searchable remains.
 // anchor: fts_query
 pub fn fts_query(text: &str) -> Option<String> {
-    let terms: Vec<String> = text
-        .split_whitespace()
-        .filter(|w| w.chars().any(char::is_alphanumeric))
+    let terms: Vec<String> = query_terms(text)
         .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
         .collect();
     (!terms.is_empty()).then(|| terms.join(" OR "))
@@ -251,10 +295,13 @@ impl Search {
         Ok(Search {
             shape: p.opt_str("shape")?.map(str::to_string),
             source_type: p.opt_str("source_type")?.map(str::to_string),
-            query: p
-                .opt_str("query")?
-                .filter(|q| !q.trim().is_empty())
-                .map(str::to_string),
+            query: match p.opt_str("query")? {
+                Some(q) => {
+                    check_query(q)?;
+                    Some(q).filter(|q| !q.trim().is_empty()).map(str::to_string)
+                }
+                None => None,
+            },
             min_relevance: p.opt_f64_in("min_relevance", 0.0, 1.0)?,
             limit: limit_field(p, MAX_LIMIT)?,
             offset: p.opt_i64_in("offset", 0, i64::MAX)?.unwrap_or(0),
@@ -357,7 +404,7 @@ fn edges_touching(
 
 impl Graph {
     pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
-        let edge_types = p.opt_str_list("edge_types")?.unwrap_or_default();
+        let mut edge_types = p.opt_str_list("edge_types")?.unwrap_or_default();
         if let Some(bad) = edge_types
             .iter()
             .find(|t| !EDGE_TYPES.contains(&t.as_str()))
@@ -366,6 +413,10 @@ impl Graph {
                 "edge_types: unknown edge type {bad:?}"
             )));
         }
+        // A repeated type filters nothing more; kept once, the list is never longer than
+        // EDGE_TYPES, whatever the body repeats.
+        edge_types.sort();
+        edge_types.dedup();
         Ok(Graph {
             concept_id: concept_id_field(p, "concept_id")?,
             direction: p.opt_enum("direction", &["outgoing", "incoming", "both"], "both")?,

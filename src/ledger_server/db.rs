@@ -1,11 +1,14 @@
-//! The ledger's SQLite file: schema, connection settings, the server clock, and the bridge that
-//! keeps blocking SQLite work off the async runtime.
+//! The ledger's SQLite file: schema, connection settings, the server clock, the one writer and
+//! the pool of readers, and the bridge that keeps blocking SQLite work off the async runtime
+//! under each request's time budget.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::errors::{ApiError, LedgerError};
 use crate::util::now_ms;
@@ -122,6 +125,22 @@ pub fn open_connection(data: &Path) -> Result<Connection, LedgerError> {
     Ok(conn)
 }
 
+/// Opens one read-only connection for the pool. The file exists and is in WAL mode (the writer
+/// opened it first), so a reader sees the last commit and never takes the write lock.
+// anchor: open-reader
+fn open_reader(path: &Path) -> Result<Connection, LedgerError> {
+    let wrap = |source| LedgerError::Db {
+        path: path.to_path_buf(),
+        source,
+    };
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags).map_err(wrap)?;
+    conn.busy_timeout(Duration::from_secs(10)).map_err(wrap)?;
+    Ok(conn)
+}
+
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version >= SCHEMA_VERSION {
@@ -173,38 +192,145 @@ fn latest_stored_ms(conn: &Connection) -> rusqlite::Result<i64> {
     )
 }
 
-struct Inner {
-    path: PathBuf,
-    writer: Mutex<Writer>,
-    reader: Mutex<Connection>,
+/// How many SQLite virtual-machine steps run between two looks at the request's deadline: a
+/// look is one clock read, and a thousand steps take microseconds, so work stops promptly once
+/// the budget is spent and costs nothing measurable before.
+const PROGRESS_STEPS: i32 = 1000;
+
+/// One request's time budget for its database work: the deadline, and the budget it came from
+/// (which the 503 names).
+// anchor: Budget
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    deadline: Instant,
+    ms: u64,
 }
 
-/// Shared handle to the ledger file for the server: one writer, one reader (WAL lets the reader
-/// see the last commit without waiting for the writer).
+impl Budget {
+    /// A budget of `ms` milliseconds from now.
+    pub fn start(ms: u64) -> Budget {
+        let now = Instant::now();
+        Budget {
+            deadline: now.checked_add(Duration::from_millis(ms)).unwrap_or(now),
+            ms,
+        }
+    }
+
+    pub fn exceeded(&self) -> ApiError {
+        ApiError::BudgetExceeded { budget_ms: self.ms }
+    }
+
+    /// Stops `conn`'s statements once the deadline passes: SQLite asks the handler every few
+    /// steps, and a `true` makes the running statement (and any started after) fail as
+    /// interrupted, which rolls back an open transaction.
+    fn arm(&self, conn: &Connection) {
+        let deadline = self.deadline;
+        conn.progress_handler(PROGRESS_STEPS, Some(move || Instant::now() >= deadline));
+    }
+
+    /// The answer of work run under this budget: an interrupt is this budget running out.
+    fn settle<T>(&self, out: Result<T, ApiError>) -> Result<T, ApiError> {
+        match out {
+            Err(ApiError::Interrupted) => Err(self.exceeded()),
+            other => other,
+        }
+    }
+}
+
+fn disarm(conn: &Connection) {
+    conn.progress_handler(0, None::<fn() -> bool>);
+}
+
+/// The read-only connections, and one permit per connection: a request holds a permit for as
+/// long as it holds a connection, so waiting for a reader is waiting on the permits, which can
+/// be given up when the budget runs out.
+struct Readers {
+    idle: Mutex<Vec<Connection>>,
+    permits: Arc<Semaphore>,
+    size: usize,
+    /// The most readers one org's reads may hold at once: all but one (when there are two or
+    /// more), so however many connections one org opens, a reader is left for every other org.
+    share: usize,
+    /// Each org's share, created at its first read; one small entry per org that has read.
+    shares: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Readers {
+    fn share_of(&self, org: &str) -> Arc<Semaphore> {
+        lock(&self.shares)
+            .entry(org.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.share)))
+            .clone()
+    }
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Arc<tokio::sync::Mutex<Writer>>,
+    readers: Readers,
+}
+
+/// A reader lent to one request; back in the pool (its deadline removed) when dropped, even if
+/// the work panicked, and only then are its permits released. The lease lives on the blocking
+/// thread, so a request whose caller went away still counts against the pool and its org's
+/// share until its work has stopped.
+struct Lease {
+    conn: Option<Connection>,
+    inner: Arc<Inner>,
+    _permit: OwnedSemaphorePermit,
+    _share: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            disarm(&conn);
+            lock(&self.inner.readers.idle).push(conn);
+        }
+    }
+}
+
+/// Shared handle to the ledger file for the server: one writer, and a pool of read-only
+/// connections so that a slow read holds up no other, with each org held to a share of it so
+/// that no org's reads hold up every other org's (WAL lets every reader see the last commit
+/// without waiting for the writer).
+// anchor: Db
 #[derive(Clone)]
 pub struct Db(Arc<Inner>);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic mid-closure drops its transaction (rolled back), so the connection is still sound.
+    // Only the list of idle readers sits behind this lock, and a push or pop cannot leave it
+    // half done, so a panic elsewhere while it was held leaves nothing to repair.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Db {
-    pub fn open(data: &Path) -> Result<Db, LedgerError> {
+    /// Opens the writer and `readers` read-only connections (at least one).
+    pub fn open(data: &Path, readers: usize) -> Result<Db, LedgerError> {
         let writer = open_connection(data)?;
-        let reader = open_connection(data)?;
         let path = data.join(DB_FILE);
+        let size = readers.max(1);
+        let share = if size > 1 { size - 1 } else { 1 };
+        let idle = (0..size)
+            .map(|_| open_reader(&path))
+            .collect::<Result<Vec<_>, _>>()?;
         let last_ms = latest_stored_ms(&writer).map_err(|source| LedgerError::Db {
             path: path.clone(),
             source,
         })?;
         Ok(Db(Arc::new(Inner {
             path,
-            writer: Mutex::new(Writer {
+            writer: Arc::new(tokio::sync::Mutex::new(Writer {
                 conn: writer,
                 last_ms,
-            }),
-            reader: Mutex::new(reader),
+            })),
+            readers: Readers {
+                idle: Mutex::new(idle),
+                permits: Arc::new(Semaphore::new(size)),
+                size,
+                share,
+                shares: Mutex::default(),
+            },
         })))
     }
 
@@ -212,32 +338,221 @@ impl Db {
         &self.0.path
     }
 
-    /// Runs `f` with the writer on the blocking pool.
-    pub async fn write<T, F>(&self, f: F) -> Result<T, ApiError>
+    /// The pool's size and how many of its readers are lent out right now.
+    pub fn readers(&self) -> (usize, usize) {
+        let r = &self.0.readers;
+        (r.size, r.size.saturating_sub(r.permits.available_permits()))
+    }
+
+    /// Runs `f` with the writer on the blocking pool, within `budget`: waiting for the writer
+    /// past the deadline answers `request_budget_exceeded` with nothing done, and work still
+    /// running at the deadline is interrupted and rolled back. Work that committed is answered
+    /// as done even when it finished late, so a 503 always means nothing was written.
+    // anchor: db-write
+    pub async fn write<T, F>(&self, budget: Budget, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Writer) -> Result<T, ApiError> + Send + 'static,
     {
-        let inner = self.0.clone();
-        tokio::task::spawn_blocking(move || f(&mut lock(&inner.writer)))
+        let writer = self.0.writer.clone().lock_owned();
+        let mut guard = tokio::time::timeout_at(budget.deadline.into(), writer)
             .await
-            .map_err(|e| ApiError::Internal(format!("write task failed: {e}")))?
+            .map_err(|_| budget.exceeded())?;
+        tokio::task::spawn_blocking(move || {
+            budget.arm(&guard.conn);
+            let out = f(&mut guard);
+            disarm(&guard.conn);
+            budget.settle(out)
+        })
+        .await
+        .map_err(|e| task_failed("write", e))?
     }
 
-    /// Runs `f` with the reader on the blocking pool.
-    pub async fn read<T, F>(&self, f: F) -> Result<T, ApiError>
+    /// Runs `f` for `org` with a reader from the pool, on the blocking pool, within `budget`:
+    /// waiting past the deadline for the org's share of the readers or for a free one, or work
+    /// still running at it, answers `request_budget_exceeded`.
+    // anchor: db-read
+    pub async fn read<T, F>(&self, org: &str, budget: Budget, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, ApiError> + Send + 'static,
     {
-        let inner = self.0.clone();
-        tokio::task::spawn_blocking(move || f(&lock(&inner.reader)))
+        let share = self.0.readers.share_of(org);
+        let share = tokio::time::timeout_at(budget.deadline.into(), share.acquire_owned())
             .await
-            .map_err(|e| ApiError::Internal(format!("read task failed: {e}")))?
+            .map_err(|_| budget.exceeded())?
+            .map_err(|_| ApiError::Internal("the reader pool is closed".into()))?;
+        self.read_with(Some(share), budget, f).await
     }
 
-    /// Synchronous writer access, for startup work before the server takes requests.
+    /// [`Db::read`] before an org is known: the key check, one indexed row.
+    pub async fn read_unscoped<T, F>(&self, budget: Budget, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, ApiError> + Send + 'static,
+    {
+        self.read_with(None, budget, f).await
+    }
+
+    async fn read_with<T, F>(
+        &self,
+        share: Option<OwnedSemaphorePermit>,
+        budget: Budget,
+        f: F,
+    ) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, ApiError> + Send + 'static,
+    {
+        let permits = self.0.readers.permits.clone();
+        let permit = tokio::time::timeout_at(budget.deadline.into(), permits.acquire_owned())
+            .await
+            .map_err(|_| budget.exceeded())?
+            .map_err(|_| ApiError::Internal("the reader pool is closed".into()))?;
+        let inner = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let lease = Lease {
+                conn: Some(take_reader(&inner)?),
+                inner,
+                _permit: permit,
+                _share: share,
+            };
+            let conn = lease
+                .conn
+                .as_ref()
+                .expect("a lease holds its connection until it is dropped");
+            budget.arm(conn);
+            budget.settle(f(conn))
+        })
+        .await
+        .map_err(|e| task_failed("read", e))?
+    }
+
+    /// Synchronous writer access, for startup work before the server takes requests. Not for
+    /// async code: it blocks the thread until the writer is free.
     pub fn with_writer<T>(&self, f: impl FnOnce(&mut Writer) -> T) -> T {
-        f(&mut lock(&self.0.writer))
+        f(&mut self.0.writer.blocking_lock())
+    }
+}
+
+/// A blocking task that did not return (it panicked, a bug): the cause is logged, and the caller
+/// hears only that the work did not finish, since a panic message may quote anything.
+fn task_failed(what: &str, e: tokio::task::JoinError) -> ApiError {
+    tracing::error!("ledger {what} task failed: {e}");
+    ApiError::Internal(format!(
+        "the {what} did not finish; the server's log has the cause"
+    ))
+}
+
+/// An idle reader; a fresh one if a lease was ever lost, so the pool keeps its size.
+fn take_reader(inner: &Inner) -> Result<Connection, ApiError> {
+    if let Some(conn) = lock(&inner.readers.idle).pop() {
+        return Ok(conn);
+    }
+    open_reader(&inner.path).map_err(|e| {
+        tracing::error!("{e}");
+        ApiError::Database
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts to a billion: seconds of SQLite work, far past any budget these tests set.
+    const ENDLESS: &str =
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000000)";
+
+    fn count_orgs(conn: &Connection) -> Result<i64, ApiError> {
+        Ok(conn.query_row("SELECT count(*) FROM orgs", [], |r| r.get(0))?)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_budget_stops_a_read_and_rolls_back_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), 1).unwrap();
+        let endless_read = format!("{ENDLESS} SELECT count(*) FROM n");
+        let read = db
+            .read("org_a", Budget::start(50), move |c| {
+                Ok(c.query_row(&endless_read, [], |r| r.get::<_, i64>(0))?)
+            })
+            .await;
+        assert!(
+            matches!(read, Err(ApiError::BudgetExceeded { budget_ms: 50 })),
+            "{read:?}"
+        );
+        // The one reader went back to the pool without its deadline and serves the next read.
+        let orgs = db.read("org_a", Budget::start(60_000), count_orgs).await;
+        assert_eq!(orgs.unwrap(), 0);
+
+        let endless_write = format!(
+            "INSERT INTO orgs (id, name, created_at) {ENDLESS} SELECT 'o' || i, 'n' || i, 0 FROM n"
+        );
+        let write = db
+            .write(Budget::start(50), move |w| {
+                let tx = w.conn.transaction()?;
+                tx.execute(&endless_write, [])?;
+                tx.commit()?;
+                Ok(())
+            })
+            .await;
+        assert!(
+            matches!(write, Err(ApiError::BudgetExceeded { budget_ms: 50 })),
+            "{write:?}"
+        );
+        let orgs = db.read_unscoped(Budget::start(60_000), count_orgs).await;
+        assert_eq!(orgs.unwrap(), 0, "a stopped write leaves nothing behind");
+        let write = db
+            .write(Budget::start(60_000), |w| {
+                Ok(w.conn.execute(
+                    "INSERT INTO orgs (id, name, created_at) VALUES ('org_x', 'x', 0)",
+                    [],
+                )?)
+            })
+            .await;
+        assert_eq!(write.unwrap(), 1, "the writer works after an interrupt");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_org_cannot_hold_every_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two readers: each org may hold one.
+        let db = Db::open(dir.path(), 2).unwrap();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = tokio::spawn({
+            let db = db.clone();
+            async move {
+                db.read("org_a", Budget::start(60_000), move |_| {
+                    let _ = started_tx.send(());
+                    let _ = release_rx.recv();
+                    Ok(())
+                })
+                .await
+            }
+        });
+        started_rx.await.unwrap();
+        assert_eq!(db.readers(), (2, 1));
+
+        // org_a's second read waits for its share, here until its budget runs out...
+        let second = db.read("org_a", Budget::start(100), |_| Ok(())).await;
+        assert!(
+            matches!(second, Err(ApiError::BudgetExceeded { budget_ms: 100 })),
+            "{second:?}"
+        );
+        // ...while another org, and the key check, find the reader left for them.
+        db.read("org_b", Budget::start(60_000), count_orgs)
+            .await
+            .unwrap();
+        db.read_unscoped(Budget::start(60_000), count_orgs)
+            .await
+            .unwrap();
+
+        release_tx.send(()).unwrap();
+        holder.await.unwrap().unwrap();
+        db.read("org_a", Budget::start(60_000), count_orgs)
+            .await
+            .unwrap();
+        assert_eq!(db.readers(), (2, 0));
     }
 }

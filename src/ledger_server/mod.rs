@@ -3,11 +3,17 @@
 //!
 //! `serve` binds, opens the file, runs the first start, prints the one stdout line and serves
 //! until SIGINT/SIGTERM. The key commands (`keys`) open the same file directly.
+//!
+//! No single request can stall the ledger: a search is bounded in size and words
+//! (`concepts::check_query`), reads share a pool of connections (`db::Db`), every request's
+//! database work has a time budget that stops it (`db::Budget`), and a connection that sits
+//! idle or sends half a request is closed (`http`). The limits are in [`Limits`].
 
 pub mod concepts;
 pub mod db;
 pub mod errors;
 pub mod forward;
+pub mod http;
 pub mod input;
 pub mod keys;
 pub mod resolve;
@@ -31,6 +37,69 @@ use resolve::{LEDGER_SHAPES, Ledger};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:18100";
 pub const DEFAULT_FORWARD_TIMEOUT_MS: u64 = 30_000;
+
+/// A request's time budget for its database work, by default. Under the client's own caps for
+/// ledger reads (10 s for discovery, 35 s for concept shapes), so a client hears the named 503
+/// rather than its own timeout.
+pub const DEFAULT_REQUEST_BUDGET_MS: u64 = 10_000;
+/// How long a connection may sit idle, or take to send a request's head (and then its body).
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 10_000;
+/// Read-only connections in the pool, by default: enough that a slow read leaves others free.
+pub const DEFAULT_READERS: usize = 4;
+pub const MAX_READERS: usize = 64;
+/// The environment variables that change the limits (SPEC.md §The embedded ledger).
+pub const REQUEST_BUDGET_VAR: &str = "METABOB_LEDGER_REQUEST_BUDGET_MS";
+pub const IDLE_TIMEOUT_VAR: &str = "METABOB_LEDGER_IDLE_TIMEOUT_MS";
+pub const READERS_VAR: &str = "METABOB_LEDGER_READERS";
+/// An hour: the most any duration limit may be set to.
+const MAX_LIMIT_MS: u64 = 3_600_000;
+
+/// The limits `ledger serve` holds every request and connection to.
+// anchor: Limits
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub request_budget_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub readers: usize,
+}
+
+impl Limits {
+    /// The defaults, each replaced by its environment variable when that is set; a value that
+    /// is not a number in range is refused at start, naming the variable.
+    pub fn from_env(env: &Env) -> Result<Limits, LedgerError> {
+        Ok(Limits {
+            request_budget_ms: env_number(
+                env,
+                REQUEST_BUDGET_VAR,
+                DEFAULT_REQUEST_BUDGET_MS,
+                MAX_LIMIT_MS,
+            )?,
+            idle_timeout_ms: env_number(
+                env,
+                IDLE_TIMEOUT_VAR,
+                DEFAULT_IDLE_TIMEOUT_MS,
+                MAX_LIMIT_MS,
+            )?,
+            readers: env_number(env, READERS_VAR, DEFAULT_READERS as u64, MAX_READERS as u64)?
+                as usize,
+        })
+    }
+}
+
+fn env_number(env: &Env, name: &str, default: u64, max: u64) -> Result<u64, LedgerError> {
+    let Some(text) = env.get(name) else {
+        return Ok(default);
+    };
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            LedgerError::Usage(format!(
+                "{name}={text:?}: expected a whole number in 1..={max}"
+            ))
+        })
+}
 
 /// What `ledger serve` was asked for.
 #[derive(Clone, Debug)]
@@ -94,6 +163,7 @@ fn default_public_url(bound: SocketAddr) -> String {
 // anchor: serve
 pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
     let producers = parse_producers(&opts.producers)?;
+    let limits = Limits::from_env(&env)?;
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
         .map_err(|source| LedgerError::Bind {
@@ -110,7 +180,7 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
     };
 
     let data = opts.data.clone();
-    let db = tokio::task::spawn_blocking(move || Db::open(&data))
+    let db = tokio::task::spawn_blocking(move || Db::open(&data, limits.readers))
         .await
         .map_err(|e| LedgerError::Usage(format!("opening the ledger failed: {e}")))??;
     {
@@ -125,6 +195,8 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         public_url,
         producers,
         forward_timeout: Duration::from_millis(opts.forward_timeout_ms),
+        request_budget_ms: limits.request_budget_ms,
+        idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
         resolves: AtomicU64::new(0),
         forwarder: forward::Forwarder::from_env(&env),
     });
@@ -134,11 +206,19 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         let _ = writeln!(out, "metabob-ledger listening on http://{bound}");
         let _ = out.flush();
     }
-    tracing::info!(data = %ledger.db.path().display(), "ledger serving");
-    axum::serve(listener, routes::router(ledger))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(LedgerError::Serve)
+    tracing::info!(data = %ledger.db.path().display(), ?limits, "ledger serving");
+    let idle_timeout = ledger.idle_timeout;
+    // Boxed, so this deep future (hyper's connection over axum's router) is not laid out inside
+    // every caller's: a build that spawned the whole command future overflowed rustc's query
+    // depth limit with it inline.
+    Box::pin(http::serve_connections(
+        listener,
+        routes::router(ledger),
+        idle_timeout,
+        shutdown_signal(),
+    ))
+    .await;
+    Ok(())
 }
 
 async fn shutdown_signal() {

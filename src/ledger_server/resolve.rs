@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use super::concepts::{
     self, CreateConcept, Graph, Link, RecordUsage, Search, Sequence, UsageStats,
 };
-use super::db::Db;
+use super::db::{Budget, Db};
 use super::errors::ApiError;
 use super::input::Fields;
 use super::keys::KeyIdentity;
@@ -46,6 +46,10 @@ pub struct Ledger {
     /// shape → producer URL, from `--producer`.
     pub producers: BTreeMap<String, String>,
     pub forward_timeout: Duration,
+    /// Each request's time budget for its database work (`METABOB_LEDGER_REQUEST_BUDGET_MS`).
+    pub request_budget_ms: u64,
+    /// How long a connection may sit idle or take to send a request (`METABOB_LEDGER_IDLE_TIMEOUT_MS`).
+    pub idle_timeout: Duration,
     /// `POST /resolve` requests served since start, reported by `/health`.
     pub resolves: AtomicU64,
     pub forwarder: super::forward::Forwarder,
@@ -64,6 +68,11 @@ pub enum Answer {
 }
 
 impl Ledger {
+    /// A fresh budget for one request's database work.
+    pub fn budget(&self) -> Budget {
+        Budget::start(self.request_budget_ms)
+    }
+
     fn ledger_vessel(&self) -> Value {
         json!({
             "vessel_id": LEDGER_VESSEL_ID,
@@ -130,6 +139,7 @@ impl Ledger {
 // anchor: dispatch
 pub async fn dispatch(
     ledger: &Ledger,
+    budget: Budget,
     key: KeyIdentity,
     body: &[u8],
     auth_header: Option<String>,
@@ -156,30 +166,42 @@ pub async fn dispatch(
         "vesselCapability" => ok(ledger.capability(p.req_str("shape")?)),
         "conceptSearch" => {
             let req = Search::parse(&p)?;
-            ok(ledger.db.read(move |c| req.run(c, &org)).await?)
+            ok(ledger
+                .db
+                .read(&key.org_id, budget, move |c| req.run(c, &org))
+                .await?)
         }
         "conceptGraph" => {
             let req = Graph::parse(&p)?;
-            ok(ledger.db.read(move |c| req.run(c, &org)).await?)
+            ok(ledger
+                .db
+                .read(&key.org_id, budget, move |c| req.run(c, &org))
+                .await?)
         }
         "conceptUsageStats" => {
             let req = UsageStats::parse(&p)?;
-            ok(ledger.db.read(move |c| req.run(c, &org)).await?)
+            ok(ledger
+                .db
+                .read(&key.org_id, budget, move |c| req.run(c, &org))
+                .await?)
         }
         "conceptSequence" => {
             let req = Sequence::parse(&p)?;
-            ok(ledger.db.read(move |c| req.run(c, &org)).await?)
+            ok(ledger
+                .db
+                .read(&key.org_id, budget, move |c| req.run(c, &org))
+                .await?)
         }
         "concept_create_write" => {
             let req = CreateConcept::parse(&p, claim)?;
             Ok(Answer::Json(
                 StatusCode::CREATED,
-                ledger.db.write(move |w| req.run(w, &org)).await?,
+                ledger.db.write(budget, move |w| req.run(w, &org)).await?,
             ))
         }
         "conceptLink_write" => {
             let req = Link::parse(&p, claim)?;
-            let linked = ledger.db.write(move |w| req.run(w, &org)).await?;
+            let linked = ledger.db.write(budget, move |w| req.run(w, &org)).await?;
             let status = if linked.created {
                 StatusCode::CREATED
             } else {
@@ -191,7 +213,7 @@ pub async fn dispatch(
             let req = RecordUsage::parse(&p, claim)?;
             Ok(Answer::Json(
                 StatusCode::CREATED,
-                ledger.db.write(move |w| req.run(w, &org)).await?,
+                ledger.db.write(budget, move |w| req.run(w, &org)).await?,
             ))
         }
         other => match ledger.producers.get(other) {

@@ -1,22 +1,30 @@
-//! The HTTP surface: parse the request, call the owner, format the answer.
+//! The HTTP surface: parse the request, call the owner, format the answer. Every refusal, the
+//! router's own included, answers the one JSON error body (`ApiError`).
 
 use std::sync::atomic::Ordering;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde_json::{Value, json};
 
 use super::concepts::{DEFAULT_LIMIT, MAX_USAGE_LIMIT, usage_history};
+use super::db::Budget;
 use super::errors::ApiError;
 use super::keys::{KeyIdentity, authenticate};
-use super::resolve::{Answer, Shared, dispatch};
+use super::resolve::{Answer, Ledger, Shared, dispatch};
 
 pub const SERVICE: &str = "metabob-ledger";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The largest request body the ledger reads. The biggest field a client sends is 16 KiB
+/// (SPEC.md §Field kinds and caps); this leaves room for any pointer and bounds the rest.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 pub fn router(state: Shared) -> Router {
     Router::new()
@@ -25,16 +33,98 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/auth/resolve", post(auth_resolve))
         .route("/resolve", post(resolve))
         .route("/concepts/{id}/usage", get(concept_usage))
+        // After the routes: it applies to the paths defined so far.
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::RouteNotFound {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}
+
+/// Marks a producer's answer, which goes back as the producer gave it, errors included.
+#[derive(Clone, Copy, Debug)]
+struct Forwarded;
+
+/// The last line of the one error body: an error status that reaches here without a JSON body
+/// (a refusal from below the handlers) gets one, with the status's name as its token. A
+/// producer's forwarded answer is left as it is.
+// anchor: json_errors
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let is_error = status.is_client_error() || status.is_server_error();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if !is_error || is_json || resp.extensions().get::<Forwarded>().is_some() {
+        return resp;
+    }
+    let mut out = ApiError::Status(status).into_response();
+    for name in [header::ALLOW, header::CONNECTION] {
+        if let Some(v) = resp.headers().get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
+}
+
+/// Reads a request body: at most [`MAX_BODY_BYTES`] (413 otherwise, refused from
+/// `Content-Length` before reading when it says so), and all of it within the idle timeout
+/// (408 otherwise), so a half-sent body holds nothing for long.
+// anchor: read_body
+async fn read_body(s: &Ledger, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES as u64) {
+        return Err(ApiError::PayloadTooLarge {
+            max_bytes: MAX_BODY_BYTES,
+            declared: Some(n),
+        });
+    }
+    let collect = Limited::new(body, MAX_BODY_BYTES).collect();
+    match tokio::time::timeout(s.idle_timeout, collect).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ApiError::PayloadTooLarge {
+                max_bytes: MAX_BODY_BYTES,
+                declared: None,
+            })
+        }
+        Ok(Err(_)) => Err(ApiError::bad(
+            "body: the connection failed before the whole body arrived",
+        )),
+        Err(_) => Err(ApiError::RequestTimeout {
+            timeout_ms: s.idle_timeout.as_millis() as u64,
+        }),
+    }
 }
 
 // anchor: health
 async fn health(State(s): State<Shared>) -> Json<Value> {
+    let (readers, busy) = s.db.readers();
     Json(json!({
         "status": "ok",
         "service": SERVICE,
         "version": VERSION,
         "resolves": s.resolves.load(Ordering::Relaxed),
+        "readers": readers,
+        "readers_busy": busy,
     }))
 }
 
@@ -70,22 +160,29 @@ fn nested_key(body: &[u8]) -> Option<String> {
     pointer.get("apiKey")?.as_str().map(str::to_string)
 }
 
-async fn check_key(s: &Shared, key: Option<String>) -> Result<KeyIdentity, ApiError> {
+async fn check_key(
+    s: &Shared,
+    budget: Budget,
+    key: Option<String>,
+) -> Result<KeyIdentity, ApiError> {
     let key = key.ok_or(ApiError::KeyRejected(
         "no API key; send Authorization: ApiKey <key>",
     ))?;
-    s.db.read(move |c| authenticate(c, &key)).await
+    s.db.read_unscoped(budget, move |c| authenticate(c, &key))
+        .await
 }
 
 // anchor: auth-resolve
 async fn auth_resolve(
     State(s): State<Shared>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
+    let body = read_body(&s, &headers, body).await?;
+    let budget = s.budget();
     // The nested form answers scopes; when a caller sends both forms, it is the one that counts.
     if let Some(key) = nested_key(&body) {
-        let id = check_key(&s, Some(key)).await?;
+        let id = check_key(&s, budget, Some(key)).await?;
         return Ok(Json(json!({
             "orgId": id.org_id,
             "orgName": id.org_name,
@@ -94,7 +191,7 @@ async fn auth_resolve(
             "scopes": id.scopes,
         })));
     }
-    let id = check_key(&s, header_key(&headers)).await?;
+    let id = check_key(&s, budget, header_key(&headers)).await?;
     Ok(Json(json!({ "org_id": id.org_id, "key_id": id.key_id })))
 }
 
@@ -102,15 +199,17 @@ async fn auth_resolve(
 async fn resolve(
     State(s): State<Shared>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
     s.resolves.fetch_add(1, Ordering::Relaxed);
-    let key = check_key(&s, header_key(&headers)).await?;
+    let body = read_body(&s, &headers, body).await?;
+    let budget = s.budget();
+    let key = check_key(&s, budget, header_key(&headers)).await?;
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    Ok(match dispatch(&s, key, &body, auth).await? {
+    Ok(match dispatch(&s, budget, key, &body, auth).await? {
         Answer::Json(status, v) => (status, Json(v)).into_response(),
         Answer::Raw {
             status,
@@ -122,6 +221,7 @@ async fn resolve(
             if let Some(ct) = content_type.and_then(|c| c.parse().ok()) {
                 resp.headers_mut().insert(header::CONTENT_TYPE, ct);
             }
+            resp.extensions_mut().insert(Forwarded);
             resp
         }
     })
@@ -131,10 +231,12 @@ async fn resolve(
 async fn concept_usage(
     State(s): State<Shared>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let key = check_key(&s, header_key(&headers)).await?;
+    let Path(id) = id.map_err(|e| ApiError::bad(format!("path: {}", e.body_text())))?;
+    let budget = s.budget();
+    let key = check_key(&s, budget, header_key(&headers)).await?;
     let limit = match query
         .as_deref()
         .unwrap_or("")
@@ -148,9 +250,11 @@ async fn concept_usage(
     };
     // The history is a convenience read: an out-of-range limit is clamped, not refused.
     let limit = limit.clamp(1, MAX_USAGE_LIMIT);
-    let org = key.org_id;
+    let org = key.org_id.clone();
     Ok(Json(
-        s.db.read(move |c| usage_history(c, &org, &id, limit))
-            .await?,
+        s.db.read(&key.org_id, budget, move |c| {
+            usage_history(c, &org, &id, limit)
+        })
+        .await?,
     ))
 }
