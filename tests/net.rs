@@ -375,7 +375,10 @@ async fn oversized_body_is_refused() {
         .expect_err("too large");
     assert_eq!(
         err.cause,
-        NetCause::AnchorUnreachable(format!("127.0.0.1:{port}"))
+        NetCause::ResponseTooLarge {
+            host: format!("127.0.0.1:{port}"),
+            limit: metabob_mcp::net::MAX_BODY_BYTES,
+        }
     );
 }
 
