@@ -14,6 +14,11 @@ use metabob_mcp::ledger::repo_identity::{
 
 use crate::support::{Reaped, TestEnv, closed_port, wait_until};
 
+/// Clone and fetch reach only file:// and git:// remotes here, which take no trust or proxy.
+fn net() -> metabob_mcp::net::NetClient {
+    metabob_mcp::net::NetClient::from_env(&metabob_mcp::env::Env::default())
+}
+
 /// Runs the git CLI with the test's hermetic environment; panics with its stderr on failure.
 fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
     let out = git_raw(env, dir, args, &[]);
@@ -248,7 +253,7 @@ fn git_daemon(env: &TestEnv, base: &Path) -> (u16, Reaped) {
 
 /// Checks a gix clone against a CLI clone of the same URL.
 fn assert_clone_matches(env: &TestEnv, url: &str, dest: &Path, branch: Option<&str>) {
-    let (repo, sha) = clone_at(url, dest, branch, false).expect("clone succeeds");
+    let (repo, sha) = clone_at(url, dest, branch, false, &net()).expect("clone succeeds");
     let oracle = env.path(&format!(
         "oracle-{}",
         dest.file_name().unwrap().to_string_lossy()
@@ -347,6 +352,7 @@ fn clone_over_file_and_git_daemon_matches_cli() {
         &env.path("clone-missing"),
         Some("no-such-branch"),
         false,
+        &net(),
     );
     assert!(
         matches!(missing, Err(GitError::RefNotFound(ref b)) if b.contains("no-such-branch")),
@@ -357,6 +363,7 @@ fn clone_over_file_and_git_daemon_matches_cli() {
         &env.path("clone-dead"),
         None,
         false,
+        &net(),
     );
     assert!(matches!(dead, Err(GitError::Clone { .. })), "{dead:?}");
     let not_there = clone_at(
@@ -364,6 +371,7 @@ fn clone_over_file_and_git_daemon_matches_cli() {
         &env.path("clone-nothing"),
         None,
         false,
+        &net(),
     );
     assert!(
         matches!(not_there, Err(GitError::Clone { .. })),
@@ -373,7 +381,7 @@ fn clone_over_file_and_git_daemon_matches_cli() {
     let busy = env.path("busy");
     std::fs::create_dir_all(&busy).expect("mkdir");
     std::fs::write(busy.join("x"), "x").expect("write");
-    let refused = clone_at(&url, &busy, None, false);
+    let refused = clone_at(&url, &busy, None, false, &net());
     assert!(
         matches!(&refused, Err(GitError::Clone { detail, .. }) if detail.contains("not empty")),
         "{refused:?}"
@@ -384,14 +392,14 @@ fn clone_over_file_and_git_daemon_matches_cli() {
 fn fetch_picks_up_pushes_and_a_dead_remote_changes_nothing() {
     let mut h = history();
     let dest = h.f.env.path("clone");
-    let (repo, _) = clone_at(&h.f.file_url(), &dest, None, false).expect("clone");
+    let (repo, _) = clone_at(&h.f.file_url(), &dest, None, false, &net()).expect("clone");
     let new = h.f.commit("b.txt", "b after clone\n", "after clone");
     h.f.git(&["push", "-q", "origin", "main"]);
     assert_ne!(
         repo.resolve("origin/main").unwrap().as_deref(),
         Some(new.as_str())
     );
-    repo.fetch("origin").expect("fetch");
+    repo.fetch("origin", &net()).expect("fetch");
     assert_eq!(
         repo.resolve("origin/main").unwrap().as_deref(),
         Some(new.as_str())
@@ -421,7 +429,7 @@ fn fetch_picks_up_pushes_and_a_dead_remote_changes_nothing() {
         )
     };
     let before = refs();
-    let err = repo.fetch("dead");
+    let err = repo.fetch("dead", &net());
     assert!(matches!(err, Err(GitError::Fetch { .. })), "{err:?}");
     // The same remote name with a dead URL: origin's refs must stay where they were.
     git(
@@ -435,9 +443,12 @@ fn fetch_picks_up_pushes_and_a_dead_remote_changes_nothing() {
         ],
     );
     let repo = Repo::open(&dest).expect("reopen after config change");
-    let err = repo.fetch("origin");
+    let err = repo.fetch("origin", &net());
     assert!(matches!(err, Err(GitError::Fetch { .. })), "{err:?}");
-    assert!(matches!(repo.fetch("nope"), Err(GitError::Fetch { .. })));
+    assert!(matches!(
+        repo.fetch("nope", &net()),
+        Err(GitError::Fetch { .. })
+    ));
     assert_eq!(refs(), before, "no ref changed");
 }
 
@@ -446,7 +457,7 @@ fn reads_match_the_cli() {
     let h = history();
     let env = &h.f.env;
     let dest = env.path("clone");
-    let (repo, _) = clone_at(&h.f.file_url(), &dest, None, false).expect("clone");
+    let (repo, _) = clone_at(&h.f.file_url(), &dest, None, false, &net()).expect("clone");
     let cli = |args: &[&str]| git(env, &dest, args);
     let c = &h.c;
 

@@ -7,6 +7,7 @@ mod attach;
 mod cell;
 mod container;
 mod git;
+mod git_https;
 mod guard;
 mod hostile;
 mod ledger;

@@ -144,7 +144,7 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
         .unwrap_or_else(|| "main".into());
     // A stale view of the origin could misjudge what is merged: fetch first, write nothing if
     // that fails.
-    repo.fetch("origin")
+    repo.fetch("origin", &crate::net::NetClient::from_env(&env))
         .map_err(|e| CellError::Failed(format!("{e}; nothing was written")))?;
     let target_ref = format!("origin/{target}");
     let tip = repo.resolve(&target_ref)?.ok_or_else(|| {

@@ -271,6 +271,7 @@ impl Pull<'_> {
             return Ok(false);
         }
         let setup = Setup {
+            net: self.att.net(),
             repository: self.repository,
             policy: &policy,
             trust,
@@ -397,6 +398,7 @@ async fn read_conventions(
 
 /// What setting up a claimed task needs besides the pull's options.
 struct Setup<'a> {
+    net: &'a crate::net::NetClient,
     repository: &'a str,
     policy: &'a Policy,
     trust: TrustList,
@@ -416,9 +418,11 @@ impl Setup<'_> {
         view: &LedgerView,
     ) -> Result<TaskFile, String> {
         let (origin, work, progress) = (opts.origin.clone(), opts.work_dir.clone(), opts.progress);
+        let net = self.net.clone();
         let branch = self.reference.clone();
         let base = tokio::task::spawn_blocking(move || {
-            crate::git::clone_at(&origin, &work, branch.as_deref(), progress).map(|(_, sha)| sha)
+            crate::git::clone_at(&origin, &work, branch.as_deref(), progress, &net)
+                .map(|(_, sha)| sha)
         })
         .await
         .map_err(|e| format!("the clone stopped: {e}"))?

@@ -1,5 +1,6 @@
 //! Clone and fetch over every transport a cell meets: file://, git:// (daemon), ssh (the
-//! `ssh` program) and https (reqwest's blocking client over rustls with ring).
+//! `ssh` program) and http(s): gix's smart-HTTP protocol over a reqwest client that trusts
+//! and proxies as the one HTTP path does (`http` below).
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -8,10 +9,12 @@ use gix::bstr::ByteSlice;
 use gix::remote::Direction;
 
 use super::{GitError, Repo, with_causes};
+use crate::net::NetClient;
 
-/// gix's https transport builds its rustls config from the process-wide crypto provider; the
-/// crate carries ring only (no aws-lc), so name it before the first connection. Installing
-/// twice is harmless: the second attempt reports the existing provider and is ignored.
+/// gix builds its own https transport (and its rustls config, from the process-wide crypto
+/// provider) when it connects, before `http::connect_through` replaces it; the crate carries
+/// ring only (no aws-lc), so name it first. Installing twice is harmless: the second attempt
+/// reports the existing provider and is ignored.
 fn ensure_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
@@ -22,6 +25,10 @@ fn ensure_tls_provider() {
 /// (the caller decides, by whether stderr is a terminal). `dest` must be empty or missing;
 /// a failed clone removes what it created. Returns the repository and the checked-out sha.
 ///
+/// An http(s) remote is reached with `net`'s trust and proxy choice, as every other request
+/// of the process is. The call blocks: run it where blocking is allowed (a plain thread or
+/// `spawn_blocking`), not on an async task.
+///
 /// `branch` is looked up the way `git clone --branch` looks it up: the remote's
 /// `refs/heads/<name>`, else its `refs/tags/<name>` (checked out on a detached HEAD), else
 /// `RefNotFound`. It is never read as a revision or a partial ref name: `@` is the branch
@@ -31,6 +38,7 @@ pub fn clone_at(
     dest: &Path,
     branch: Option<&str>,
     progress: bool,
+    net: &NetClient,
 ) -> Result<(Repo, String), GitError> {
     let fail = |detail: String| GitError::Clone {
         url: crate::guard::redact_url_credentials(url),
@@ -58,14 +66,15 @@ pub fn clone_at(
         let shown = crate::guard::redact_url_credentials(url);
         eprintln!("Cloning {shown} into {}…", dest.display());
     }
+    let attempt = |wanted| fetch_and_check_out(url, dest, wanted, progress, net);
     let cloned = match branch {
-        None => fetch_and_check_out(url, dest, Wanted::RemoteHead, progress)?,
-        Some(name) => match fetch_and_check_out(url, dest, Wanted::Branch(name), progress)? {
+        None => attempt(Wanted::RemoteHead)?,
+        Some(name) => match attempt(Wanted::Branch(name))? {
             Some(done) => Some(done),
             // gix decides a named ref only after listing the remote's refs, and a failed
             // attempt removes what it created; so a tag costs a second handshake, which is
             // cheaper than listing the refs up front for every branch.
-            None => fetch_and_check_out(url, dest, Wanted::Tag(name), progress)?,
+            None => attempt(Wanted::Tag(name))?,
         },
     };
     let (repo, head) =
@@ -106,13 +115,29 @@ fn fetch_and_check_out(
     dest: &Path,
     wanted: Wanted<'_>,
     progress: bool,
+    net: &NetClient,
 ) -> Result<Option<(Repo, String)>, GitError> {
     let fail = |detail: String| GitError::Clone {
         url: crate::guard::redact_url_credentials(url),
-        detail,
+        detail: crate::guard::redact_url_credentials(&detail),
     };
     let interrupt = AtomicBool::new(false);
-    let prepare = gix::prepare_clone(url, dest).map_err(|e| fail(with_causes(&e)))?;
+    let net = net.clone();
+    let prepare = gix::prepare_clone(url, dest)
+        .map_err(|e| fail(with_causes(&e)))?
+        // gix connects on its own (per attempt, and twice for a shallow clone); each
+        // connection to an http(s) remote gets our transport before its first request. (One
+        // connection gix 0.87 makes skips this hook: its retry when the remote has a branch
+        // literally named `HEAD`, which then goes out on gix's own transport.)
+        .configure_connection(move |connection| {
+            let (url, version) = connection
+                .remote()
+                .sanitized_url_and_version(Direction::Fetch)?;
+            if let Some(ours) = http::connect_through(&net, url, version)? {
+                *connection.transport_mut() = ours;
+            }
+            Ok(())
+        });
     let full_name = wanted.full_name();
     let mut prepare = match full_name.as_deref() {
         Some(full) => match prepare.with_ref_name(Some(full)) {
@@ -132,6 +157,11 @@ fn fetch_and_check_out(
                 return Err(GitError::RefNotFound(
                     wanted.as_ref().as_bstr().to_str_lossy().into_owned(),
                 ));
+            }
+            Err(gix::clone::fetch::Error::PrepareFetch(e)) => {
+                let url_login = crate::net::Url::parse(url).is_ok_and(|u| u.has_credentials());
+                let detail = login_failure(&e, url_login).unwrap_or_else(|| with_causes(&e));
+                return Err(fail(detail));
             }
             Err(other) => return Err(fail(with_causes(&other))),
         };
@@ -245,24 +275,89 @@ fn write_remote_head(
 }
 
 /// Fetches with the remote's configured refspecs; the ref updates are one transaction
-/// applied only after the pack arrived, so a failed fetch changes no ref.
-pub(super) fn fetch(repo: &gix::Repository, remote: &str) -> Result<(), GitError> {
+/// applied only after the pack arrived, so a failed fetch changes no ref. An http(s) remote
+/// is reached with `net`'s trust and proxy choice.
+pub(super) fn fetch(repo: &gix::Repository, remote: &str, net: &NetClient) -> Result<(), GitError> {
     let fail = |detail: String| GitError::Fetch {
         remote: remote.to_string(),
-        detail,
+        detail: crate::guard::redact_url_credentials(&detail),
     };
+    // reqwest's blocking client must not run on an async runtime's thread, and `finding close`
+    // fetches from one; so the fetch runs on a thread of its own. A gix repository stays on
+    // the thread that opened it, so that thread opens its own.
+    let git_dir = repo.git_dir().to_path_buf();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let repo = gix::open(&git_dir).map_err(|e| fail(with_causes(&e)))?;
+            fetch_here(&repo, remote, net).map_err(fail)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(fail("the fetch stopped unexpectedly".to_string())))
+    })
+}
+
+fn fetch_here(repo: &gix::Repository, remote: &str, net: &NetClient) -> Result<(), String> {
     ensure_tls_provider();
     let r = repo
         .find_remote(remote)
-        .map_err(|e| fail(format!("no such remote: {e}")))?;
+        .map_err(|e| format!("no such remote: {e}"))?;
     let interrupt = AtomicBool::new(false);
-    let connection = r
-        .connect(Direction::Fetch)
-        .map_err(|e| fail(with_causes(&e)))?;
+    let (url, version) = r
+        .sanitized_url_and_version(Direction::Fetch)
+        .map_err(|e| with_causes(&e))?;
+    let url_login = url.user().is_some() && url.password().is_some();
+    let connection = match http::connect_through(net, url, version).map_err(|e| with_causes(&e))? {
+        Some(ours) => r.to_connection_with_transport(ours),
+        None => r.connect(Direction::Fetch).map_err(|e| with_causes(&e))?,
+    };
     connection
         .prepare_fetch(gix::progress::Discard, Default::default())
-        .map_err(|e| fail(with_causes(&e)))?
+        .map_err(|e| login_failure(&e, url_login).unwrap_or_else(|| with_causes(&e)))?
         .receive(gix::progress::Discard, &interrupt)
-        .map_err(|e| fail(with_causes(&e)))?;
+        .map_err(|e| with_causes(&e))?;
     Ok(())
 }
+
+/// A missing or refused login, said plainly: gix reports it as its credential helpers'
+/// failure, in lines that never say the server asked for one. `url_login`: the URL carries
+/// a user and password, which gix sent first.
+fn login_failure(e: &gix::remote::fetch::prepare::Error, url_login: bool) -> Option<String> {
+    use gix::protocol::handshake::Error as Handshake;
+    use gix::remote::{fetch::prepare::Error as Prepare, ref_map::Error as RefMap};
+    let Prepare::RefMap(RefMap::Handshake(handshake)) = e else {
+        return None;
+    };
+    let line = match handshake {
+        // gix offers the URL's own login to the credential helpers' retry, so a wrong one
+        // comes back as either kind.
+        Handshake::Credentials(_)
+        | Handshake::EmptyCredentials
+        | Handshake::InvalidCredentials { .. }
+            if url_login =>
+        {
+            "the server refused the login in the URL (HTTP 401): check its user and password"
+        }
+        Handshake::Credentials(_) | Handshake::EmptyCredentials => {
+            "the server wants a login (HTTP 401) and none was given: put it in the URL, as in \
+             https://user:password@host/repo.git, or set up a git credential helper"
+        }
+        Handshake::InvalidCredentials { .. } => {
+            "the server refused the login a git credential helper gave (HTTP 401)"
+        }
+        _ => return None,
+    };
+    Some(line.to_string())
+}
+
+/// Smart HTTP for clone and fetch with the process's trust and proxies.
+///
+/// gix's own http(s) transport builds its reqwest client inside gix, with the platform's
+/// roots and the proxies of the process environment, and takes neither a TLS config nor a
+/// proxy from outside: its `http::Options` carry `sslCAInfo` and `proxy`, but its reqwest
+/// backend reads neither. So NODE_EXTRA_CA_CERTS and METABOB_NO_SYSTEM_CA, which every other
+/// request honours, never reached a clone. Here gix keeps the protocol (`Transport::new_http`
+/// speaks smart HTTP and sends the URL's credentials) and the requests go through a reqwest
+/// client built from `NetClient`: its rustls config (the same roots and verifier) and its
+/// proxy choice (HTTPS_PROXY, HTTP_PROXY, NO_PROXY, loopback direct). git's own
+/// `http.sslCAInfo`, `http.sslVerify` and `http.proxy` are not read, as for every request.
+mod http;

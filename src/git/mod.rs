@@ -179,9 +179,10 @@ impl Repo {
     }
 
     /// Fetches `remote` with its configured refspecs, updating `refs/remotes/<remote>/*` like
-    /// `git fetch <remote>`. Nothing is written when the remote cannot be reached.
-    pub fn fetch(&self, remote: &str) -> Result<(), GitError> {
-        clone::fetch(&self.repo, remote)
+    /// `git fetch <remote>`. Nothing is written when the remote cannot be reached. An http(s)
+    /// remote is reached with `net`'s trust and proxy choice.
+    pub fn fetch(&self, remote: &str, net: &crate::net::NetClient) -> Result<(), GitError> {
+        clone::fetch(&self.repo, remote, net)
     }
 
     /// `git rev-list <range>`: "A..B" (reachable from B, not from A; an empty side is HEAD)

@@ -238,6 +238,29 @@ impl NetClient {
         self.inner.connect_budget
     }
 
+    /// The verifier every handshake of this client shares, built on first use.
+    fn verifier(&self) -> &Arc<WebPkiServerVerifier> {
+        self.inner
+            .verifier
+            .get_or_init(|| tls::base_verifier(&self.inner.trust_env))
+    }
+
+    /// This client's trust for a transport that makes its own connections (gix's smart HTTP,
+    /// for clone and fetch): the roots and verifier `send` uses, and the witness that names
+    /// a refused chain afterwards.
+    pub(crate) fn tls_for_transport(&self) -> (rustls::ClientConfig, tls::TlsWitness) {
+        tls::config_for_transport(self.verifier())
+    }
+
+    /// The proxy a request to `target` goes through, credentials included, or `None` for
+    /// direct: the choice `send` makes, for a transport that makes its own connections.
+    pub(crate) fn proxy_for(&self, target: &Url) -> Result<Option<Url>, NetCause> {
+        match self.inner.proxies.select(target)? {
+            (Hop::Proxy(proxy), _) => Ok(Some(proxy)),
+            (Hop::Direct, _) => Ok(None),
+        }
+    }
+
     // anchor: send
     /// Sends `req` once, or up to three times when its retry policy and the failure allow,
     /// never past its budget. Redirects are returned, not followed.
@@ -373,11 +396,7 @@ impl NetClient {
         peer: &Url,
         tunneled: bool,
     ) -> Result<(BoxIo, TlsInfo), Failure> {
-        let verifier = self
-            .inner
-            .verifier
-            .get_or_init(|| tls::base_verifier(&self.inner.trust_env));
-        let (config, seen) = tls::config_for_handshake(verifier);
+        let (config, seen) = tls::config_for_handshake(self.verifier());
         let Ok(name) = ServerName::try_from(peer.host.clone()) else {
             return Err(Failure::fatal(NetCause::TlsFailed(peer.host_port())));
         };

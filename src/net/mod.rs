@@ -14,4 +14,5 @@ pub use client::{
 };
 pub use proxy::{ProxyDiagnosis, Route, RouteReason};
 pub use tls::TlsInfo;
+pub(crate) use tls::TlsWitness;
 pub use url::{Scheme, Url, UrlError};

@@ -158,6 +158,33 @@ pub(crate) fn config_for_handshake(
     (Arc::new(config), seen)
 }
 
+/// What the verifier saw during the handshakes of a transport that makes its own connections
+/// (clone and fetch over https), so a refused chain is named as `send` names it.
+#[derive(Clone, Debug)]
+pub(crate) struct TlsWitness(Arc<Mutex<Seen>>);
+
+impl TlsWitness {
+    /// Forgets the last handshake, before the next request.
+    pub(crate) fn forget(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Seen::default();
+    }
+
+    /// The named cause when the verifier refused the chain it was shown; `None` when it
+    /// accepted every chain (or saw none), so the failure lies elsewhere.
+    pub(crate) fn refusal(&self, host: &str, host_port: &str) -> Option<NetCause> {
+        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.error.as_ref()?;
+        Some(classify_handshake(&seen, host, host_port))
+    }
+}
+
+/// A client config over the shared verifier for a transport that makes its own connections,
+/// and the witness its verifier reports into.
+pub(crate) fn config_for_transport(base: &Arc<WebPkiServerVerifier>) -> (ClientConfig, TlsWitness) {
+    let (config, seen) = config_for_handshake(base);
+    (Arc::unwrap_or_clone(config), TlsWitness(seen))
+}
+
 // anchor: classify-tls
 /// Names a failed handshake from what the verifier saw; `host_port` is the target's.
 pub(crate) fn classify_handshake(seen: &Seen, host: &str, host_port: &str) -> NetCause {
