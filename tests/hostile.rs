@@ -37,28 +37,33 @@ fn write_row(env: &TestEnv, ledger: &str, shape: &str, summary: &str, content: &
         .to_string()
 }
 
-#[test]
-fn a_claim_row_past_year_9999_is_skipped_by_every_reader() {
-    let env = TestEnv::new();
-    let ledger = env.ledger("main", &[]);
-    let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
+/// `finding record --json` of a task on `a.py`: what it answered.
+fn record_task(env: &TestEnv, origin: &str, summary: &str, severity: &str) -> Value {
     let out = env.run(&[
         "finding",
         "record",
         "--origin",
-        &origin,
+        origin,
         "--file",
         "a.py",
         "--summary",
-        "make x two",
+        summary,
         "--severity",
-        "HIGH",
+        severity,
         "--category",
         "task",
         "--json",
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    let recorded: Value = serde_json::from_str(&out.stdout).unwrap();
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_claim_row_past_year_9999_is_skipped_by_every_reader() {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
+    let recorded = record_task(&env, &origin, "make x two", "HIGH");
     let task = recorded["finding_ids"][0].as_str().unwrap().to_string();
     // A claim that would last 9,500 years: formatting its end once panicked every reader.
     let evil = format!(
@@ -111,23 +116,7 @@ fn oversized_and_malformed_rows_are_named_once_and_the_rest_is_read() {
     let ledger = env.ledger("main", &[]);
     let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
     // A task recorded honestly names the repository identity the bad rows copy.
-    let out = env.run(&[
-        "finding",
-        "record",
-        "--origin",
-        &origin,
-        "--file",
-        "a.py",
-        "--summary",
-        "the good one",
-        "--severity",
-        "LOW",
-        "--category",
-        "task",
-        "--json",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let recorded: Value = serde_json::from_str(&out.stdout).unwrap();
+    let recorded = record_task(&env, &origin, "the good one", "LOW");
     let good = recorded["finding_ids"][0].as_str().unwrap().to_string();
     let identity = recorded["repository"].as_str().unwrap().to_string();
     let row = |ids: &str, extra: &str| {
