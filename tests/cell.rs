@@ -70,21 +70,9 @@ impl World {
     }
 
     fn pull(&self, cell: &str, extra: &[&str]) -> (Output, Value) {
-        let (task, work) = self.dirs(cell);
-        let (t, w) = (task.display().to_string(), work.display().to_string());
-        let mut args = vec![
-            "task",
-            "pull",
-            "--origin",
-            &self.url,
-            "--task-dir",
-            &t,
-            "--work-dir",
-            &w,
-            "--json",
-        ];
+        let mut args = vec!["--json"];
         args.extend_from_slice(extra);
-        let out = self.env.run(&args);
+        let out = self.env.task_pull(&self.url, cell, &args);
         let v = if out.stdout.trim().is_empty() {
             Value::Null
         } else {
@@ -134,18 +122,7 @@ impl World {
 
     /// `task pull` with its text report.
     fn pull_text(&self, cell: &str) -> Output {
-        let (task, work) = self.dirs(cell);
-        let (t, w) = (task.display().to_string(), work.display().to_string());
-        self.env.run(&[
-            "task",
-            "pull",
-            "--origin",
-            &self.url,
-            "--task-dir",
-            &t,
-            "--work-dir",
-            &w,
-        ])
+        self.env.task_pull(&self.url, cell, &[])
     }
 
     fn snap(&self, out: &Output) -> String {

@@ -72,23 +72,7 @@ impl World {
     }
 
     fn record_task(&self, origin: &str) -> String {
-        let out = self.env.run(&[
-            "finding",
-            "record",
-            "--origin",
-            origin,
-            "--file",
-            "a.py",
-            "--summary",
-            "make a() return 2",
-            "--severity",
-            "HIGH",
-            "--category",
-            "task",
-            "--json",
-        ]);
-        assert_eq!(out.code, 0, "{out:?}");
-        let v: Value = serde_json::from_str(&out.stdout).unwrap();
+        let v = self.env.record_task(origin, "make a() return 2", "HIGH");
         v["finding_ids"][0].as_str().unwrap().to_string()
     }
 
@@ -100,19 +84,7 @@ impl World {
     }
 
     fn pull(&self, cell: &str, origin: &str) -> Output {
-        let (task, work) = self.dirs(cell);
-        let (t, w) = (task.display().to_string(), work.display().to_string());
-        self.env.run(&[
-            "task",
-            "pull",
-            "--origin",
-            origin,
-            "--task-dir",
-            &t,
-            "--work-dir",
-            &w,
-            "--json",
-        ])
+        self.env.task_pull(origin, cell, &["--json"])
     }
 
     /// The pull succeeded and checked out what the bare repository's `main` holds.

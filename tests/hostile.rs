@@ -37,33 +37,12 @@ fn write_row(env: &TestEnv, ledger: &str, shape: &str, summary: &str, content: &
         .to_string()
 }
 
-/// `finding record --json` of a task on `a.py`: what it answered.
-fn record_task(env: &TestEnv, origin: &str, summary: &str, severity: &str) -> Value {
-    let out = env.run(&[
-        "finding",
-        "record",
-        "--origin",
-        origin,
-        "--file",
-        "a.py",
-        "--summary",
-        summary,
-        "--severity",
-        severity,
-        "--category",
-        "task",
-        "--json",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    serde_json::from_str(&out.stdout).unwrap()
-}
-
 #[test]
 fn a_claim_row_past_year_9999_is_skipped_by_every_reader() {
     let env = TestEnv::new();
     let ledger = env.ledger("main", &[]);
     let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
-    let recorded = record_task(&env, &origin, "make x two", "HIGH");
+    let recorded = env.record_task(&origin, "make x two", "HIGH");
     let task = recorded["finding_ids"][0].as_str().unwrap().to_string();
     // A claim that would last 9,500 years: formatting its end once panicked every reader.
     let evil = format!(
@@ -78,19 +57,8 @@ fn a_claim_row_past_year_9999_is_skipped_by_every_reader() {
     );
     crate::support::seen(&env, &[&task]);
 
-    let work = env.path("cell/work");
-    let (t, w) = (env.path("cell/task"), work.display().to_string());
-    let t = t.display().to_string();
-    let out = env.run(&[
-        "task",
-        "pull",
-        "--origin",
-        &origin,
-        "--task-dir",
-        &t,
-        "--work-dir",
-        &w,
-    ]);
+    let out = env.task_pull(&origin, "cell", &[]);
+    let w = env.path("cell/work").display().to_string();
     insta::assert_snapshot!("hostile_claim_row_task_pull", snapshot(&out, &env));
 
     // The MCP tools that read claims answer too, from the clone the pull made.
@@ -116,7 +84,7 @@ fn oversized_and_malformed_rows_are_named_once_and_the_rest_is_read() {
     let ledger = env.ledger("main", &[]);
     let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
     // A task recorded honestly names the repository identity the bad rows copy.
-    let recorded = record_task(&env, &origin, "the good one", "LOW");
+    let recorded = env.record_task(&origin, "the good one", "LOW");
     let good = recorded["finding_ids"][0].as_str().unwrap().to_string();
     let identity = recorded["repository"].as_str().unwrap().to_string();
     let row = |ids: &str, extra: &str| {
@@ -139,18 +107,7 @@ fn oversized_and_malformed_rows_are_named_once_and_the_rest_is_read() {
         write_row(&env, &ledger.url, "code_finding", summary, &content);
     }
     crate::support::seen(&env, &[&good]);
-    let (t, w) = (env.path("c/task"), env.path("c/work"));
-    let (t, w) = (t.display().to_string(), w.display().to_string());
-    let out = env.run(&[
-        "task",
-        "pull",
-        "--origin",
-        &origin,
-        "--task-dir",
-        &t,
-        "--work-dir",
-        &w,
-    ]);
+    let out = env.task_pull(&origin, "c", &[]);
     // The critical rows would have come first; each is named once and the good task is pulled.
     insta::assert_snapshot!("hostile_finding_rows_task_pull", snapshot(&out, &env));
 }
@@ -204,18 +161,7 @@ fn a_password_in_the_origin_is_never_printed_written_or_sent() {
         "task",
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    let (t, w) = (env.path("c1/task"), env.path("c1/work"));
-    let (t, w) = (t.display().to_string(), w.display().to_string());
-    let failed = env.run(&[
-        "task",
-        "pull",
-        "--origin",
-        &origin,
-        "--task-dir",
-        &t,
-        "--work-dir",
-        &w,
-    ]);
+    let failed = env.task_pull(&origin, "c1", &[]);
     assert_eq!(failed.code, 1, "{failed:?}");
     assert!(failed.stderr.contains("cell:***@127.0.0.1"), "{failed:?}");
     // Everything the ledger holds, as any key of the org reads it.
@@ -311,18 +257,7 @@ fn a_key_rejected_partway_is_not_attached_like_at_the_start() {
     let shim = revoking_shim(&ledger.url, "conceptSearch");
     env.set("METABOB_API_KEY", key);
     env.set("DISCOVERY_ENDPOINT", shim);
-    let (t, w) = (env.path("c/task"), env.path("c/work"));
-    let (t, w) = (t.display().to_string(), w.display().to_string());
-    let out = env.run(&[
-        "task",
-        "pull",
-        "--origin",
-        &origin,
-        "--task-dir",
-        &t,
-        "--work-dir",
-        &w,
-    ]);
+    let out = env.task_pull(&origin, "c", &[]);
     insta::assert_snapshot!("key_rejected_partway", snapshot(&out, &env));
 }
 

@@ -106,6 +106,45 @@ impl TestEnv {
         Output::from(self.cmd(args).output().expect("run metabob-mcp"))
     }
 
+    /// `finding record --json` of a task on `a.py` for `origin`: what it answered.
+    pub fn record_task(&self, origin: &str, summary: &str, severity: &str) -> serde_json::Value {
+        let out = self.run(&[
+            "finding",
+            "record",
+            "--origin",
+            origin,
+            "--file",
+            "a.py",
+            "--summary",
+            summary,
+            "--severity",
+            severity,
+            "--category",
+            "task",
+            "--json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        serde_json::from_str(&out.stdout).expect("finding record --json")
+    }
+
+    /// `task pull` of `origin` into `<cell>/task` and `<cell>/work` under the test root.
+    pub fn task_pull(&self, origin: &str, cell: &str, extra: &[&str]) -> Output {
+        let t = self.path(&format!("{cell}/task")).display().to_string();
+        let w = self.path(&format!("{cell}/work")).display().to_string();
+        let mut args = vec![
+            "task",
+            "pull",
+            "--origin",
+            origin,
+            "--task-dir",
+            &t,
+            "--work-dir",
+            &w,
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
     /// Starts `ledger serve` on an ephemeral loopback port with its data under the test root.
     pub fn ledger(&self, name: &str, extra: &[&str]) -> Ledger {
         let data = self.root.path().join(format!("ledger-{name}"));
