@@ -17,6 +17,7 @@ pub mod ledger;
 pub mod ledger_server;
 pub mod mcp;
 pub mod net;
+pub mod shapes;
 pub mod store;
 pub mod trailers;
 pub mod util;

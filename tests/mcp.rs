@@ -22,13 +22,13 @@ use serde_json::{Value, json};
 use crate::support::{TestEnv, normalize, snapshot, wait_until};
 
 #[derive(Clone, Default)]
-struct Client {
+pub struct Client {
     /// `Some`: the client declares roots and answers with these URIs (which a test may change).
     roots: Option<Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 impl Client {
-    fn with_roots(roots: Vec<String>) -> Client {
+    pub fn with_roots(roots: Vec<String>) -> Client {
         Client {
             roots: Some(Arc::new(std::sync::Mutex::new(roots))),
         }
@@ -59,13 +59,13 @@ impl ClientHandler for Client {
     }
 }
 
-struct Session {
+pub struct Session {
     client: RunningService<RoleClient, Client>,
 }
 
 impl Session {
     /// A server with `env`'s variables launched in `cwd`, and a connected client.
-    async fn start(env: &TestEnv, cwd: &Path, client: Client) -> Session {
+    pub async fn start(env: &TestEnv, cwd: &Path, client: Client) -> Session {
         let ctx = Arc::new(Ctx::new(Env::new(env.vars.clone(), cwd), true));
         let (ours, theirs) = tokio::io::duplex(1 << 16);
         tokio::spawn(async move {
@@ -81,7 +81,7 @@ impl Session {
     }
 
     /// Calls a tool; returns (text, is_error).
-    async fn call(&self, name: &str, args: Value) -> (String, bool) {
+    pub async fn call(&self, name: &str, args: Value) -> (String, bool) {
         let mut p = CallToolRequestParams::new(name.to_string());
         if let Value::Object(m) = args {
             p = p.with_arguments(m);
@@ -97,12 +97,12 @@ impl Session {
     }
 
     /// Calls a tool and returns its reply as a snapshot shows it (see [`shown`]).
-    async fn shown(&self, env: &TestEnv, name: &str, args: Value) -> String {
+    pub async fn shown(&self, env: &TestEnv, name: &str, args: Value) -> String {
         let (text, err) = self.call(name, args).await;
         shown(&text, err, env)
     }
 
-    async fn ok(&self, name: &str, args: Value) -> String {
+    pub async fn ok(&self, name: &str, args: Value) -> String {
         let (text, err) = self.call(name, args).await;
         assert!(!err, "{name} failed: {text}");
         text
@@ -110,7 +110,7 @@ impl Session {
 }
 
 /// A tool reply as its snapshot shows it: normalised, and marked when it is an error.
-fn shown(text: &str, is_error: bool, env: &TestEnv) -> String {
+pub fn shown(text: &str, is_error: bool, env: &TestEnv) -> String {
     let text = normalize(text, env);
     if is_error {
         format!("[tool error]\n{text}")
@@ -120,7 +120,7 @@ fn shown(text: &str, is_error: bool, env: &TestEnv) -> String {
 }
 
 /// A checkout with history: `a.py` and `b.py` change together, `c.py` alone.
-fn project(env: &TestEnv, dir: &Path) {
+pub fn project(env: &TestEnv, dir: &Path) {
     std::fs::create_dir_all(dir).expect("project dir");
     env.git(dir, &["init", "-q", "-b", "main"]);
     let write = |p: &str, s: &str| std::fs::write(dir.join(p), s).expect("write");

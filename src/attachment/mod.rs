@@ -15,7 +15,7 @@ use std::time::Duration;
 
 pub use attach::attach;
 pub use claim::{ClientClaim, vessel_id};
-pub use resolve::{Family, ResolveError, Resolved};
+pub use resolve::{Family, ResolveError, Resolved, Sending};
 pub use state::{AttachmentState, AuthStatus, Cause};
 
 use crate::config::Config;

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::Attachment;
 use crate::net::{NetCause, Request, Retry, Url};
+use crate::shapes::is_write;
 
 /// Producer families, each with its client cap just above discovery's cut for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,13 +50,18 @@ impl Family {
     }
 }
 
-/// A shape is a write when its name says so; everything else is a read.
-pub fn is_write(shape: &str) -> bool {
-    shape.ends_with("_write")
-}
-
 /// Delays before a read cut at its producer's timeout is tried again.
 const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(500), Duration::from_millis(1500)];
+
+/// How one pointer is sent. The default is the family's: its cap, and a read cut at its
+/// producer's timeout tried again; a caller that must send once (the escape hatch) says so.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sending {
+    /// Never retried, read or write.
+    pub once: bool,
+    /// The client cap in place of the family's.
+    pub cap: Option<Duration>,
+}
 
 /// What discovery (or the producer behind it) answered.
 #[derive(Clone, Debug)]
@@ -135,7 +141,16 @@ impl Attachment {
     /// Posts `{ pointer }` to discovery with the key (anchor: attachment-resolve). Refuses with
     /// the attachment's cause when not authenticated, and a write with a read-only key before
     /// anything is sent (anchor: read-only-key).
-    pub async fn resolve(&self, mut pointer: Value) -> Result<Resolved, ResolveError> {
+    pub async fn resolve(&self, pointer: Value) -> Result<Resolved, ResolveError> {
+        self.resolve_with(pointer, Sending::default()).await
+    }
+
+    /// [`Attachment::resolve`] with the sending chosen by the caller.
+    pub async fn resolve_with(
+        &self,
+        mut pointer: Value,
+        how: Sending,
+    ) -> Result<Resolved, ResolveError> {
         let shape = pointer
             .get("type")
             .and_then(Value::as_str)
@@ -166,7 +181,9 @@ impl Attachment {
             }
         }
         let family = Family::of(&shape);
-        let result = self.send_resolve(&shape, family, &pointer, write).await;
+        let cap = how.cap.unwrap_or(family.cap());
+        let once = how.once || write || family == Family::Trace;
+        let result = self.send_resolve(&shape, cap, &pointer, once).await;
         self.record_family(
             family.name(),
             match &result {
@@ -189,9 +206,9 @@ impl Attachment {
     async fn send_resolve(
         &self,
         shape: &str,
-        family: Family,
+        cap: Duration,
         pointer: &Value,
-        write: bool,
+        once: bool,
     ) -> Result<Resolved, ResolveError> {
         let config = self.config();
         let discovery = config.discovery.clone().unwrap_or_default();
@@ -202,24 +219,21 @@ impl Attachment {
                 net: NetCause::AnchorUnreachable(e.to_string()),
             })?
             .join("/resolve");
-        // Trace reads are not retried: the producer keeps running a query discovery cut.
-        let retries: &[Duration] = if write || family == Family::Trace {
-            &[]
-        } else {
-            &READ_RETRY_DELAYS
-        };
+        // Writes are never retried, and neither are trace reads: the producer keeps running a
+        // query discovery cut.
+        let retries: &[Duration] = if once { &[] } else { &READ_RETRY_DELAYS };
         let mut attempt = 0;
         loop {
             let req = Request::post_json(url.clone(), &json!({ "pointer": pointer }))
                 .header("authorization", format!("ApiKey {key}"))
-                .budget(family.cap())
+                .budget(cap)
                 .retry(Retry::Never);
             let outcome = match self.net().send(req).await {
                 Ok(resp) => classify(shape, resp.status, resp.json()),
                 Err(e) => match e.cause {
                     NetCause::ResponseTimeout { .. } => Err(ResolveError::ProducerTimeout {
                         shape: shape.into(),
-                        ms: family.cap().as_millis() as u64,
+                        ms: cap.as_millis() as u64,
                     }),
                     net => Err(ResolveError::Anchor {
                         discovery: discovery.clone(),

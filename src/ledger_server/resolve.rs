@@ -33,12 +33,6 @@ pub const LEDGER_SHAPES: &[&str] = &[
 
 pub const LEDGER_VESSEL_ID: &str = "metabob-ledger";
 
-/// Whether a shape writes: by the substrate's naming convention, the `_write` suffix.
-// anchor: is_write_shape
-pub fn is_write_shape(shape: &str) -> bool {
-    shape.ends_with("_write")
-}
-
 /// The server's shared state.
 pub struct Ledger {
     pub db: Db,
@@ -155,7 +149,7 @@ pub async fn dispatch(
         .req_str("type")
         .map_err(|_| ApiError::bad("pointer.type: required non-empty string"))?
         .to_string();
-    if is_write_shape(&shape) && !key.can_write() {
+    if crate::shapes::is_write(&shape) && !key.can_write() {
         return Err(ApiError::Forbidden);
     }
     let claim = concepts::client_claim(&pointer)?;

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use super::calllog::{Entry, Via};
 use super::ctx::{Ctx, Here};
 use super::schema::{schema_of, validate};
-use crate::attachment::GateRefusal;
+use crate::attachment::{Attachment, GateRefusal, ResolveError};
 use crate::guard::describe_args_for_log;
 use crate::ledger::claims::ClaimWord;
 
@@ -248,6 +248,24 @@ async fn gated(ctx: &Ctx, name: &str, args: Value) -> Reply {
             }
             reply
         }
+    }
+}
+
+/// The attachment of a substrate-only tool once its gate lets it run; the gate's refusal as the
+/// tool's reply otherwise (SPEC.md §Tool registry and the call path).
+pub async fn attached<'a>(here: &'a Here<'_>, tool: &str) -> Result<&'a Attachment, Reply> {
+    let att = &here.session.att;
+    match att.gate().await {
+        Ok(_) => Ok(att),
+        Err(refusal) => Err(not_attached(tool, &refusal)),
+    }
+}
+
+/// A failed resolve as a tool's one line: a detachment partway reads as the gate's refusal.
+pub fn resolve_failed(tool: &str, e: ResolveError) -> Reply {
+    match e {
+        ResolveError::Refused(refusal) => not_attached(tool, &refusal),
+        e => Reply::error(format!("{tool}: {e}")),
     }
 }
 
