@@ -327,6 +327,64 @@ impl Drop for Reaped {
     }
 }
 
+/// The fixture producer (tests/support/producer.py): the stand-in for the substrate's external
+/// producers, answering each shape from the JSON file at `fixtures`, which a test may rewrite
+/// while it runs. Returns its URL once it accepts.
+pub struct Producer {
+    pub url: String,
+    _child: Reaped,
+}
+
+impl Producer {
+    pub fn start(fixtures: &Path) -> Producer {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/producer.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(fixtures)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs the fixture producer");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let child = Reaped(child);
+        let mut first = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("the producer prints its port");
+        let port = first
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("producer said {first:?}"));
+        Producer {
+            url: format!("http://127.0.0.1:{port}"),
+            _child: child,
+        }
+    }
+
+    /// How many pointers of each shape it received.
+    pub fn counts(&self) -> serde_json::Value {
+        self.get("/count")
+    }
+
+    /// The last pointer it received.
+    pub fn last(&self) -> serde_json::Value {
+        self.get("/last")["pointer"].clone()
+    }
+
+    fn get(&self, path: &str) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let addr = self.url.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect to the producer");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("the producer answers");
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        serde_json::from_str(body).expect("the producer answers JSON")
+    }
+}
+
 /// The real tinyproxy (installed by .ci/run) on a loopback port, demanding Basic credentials
 /// `user:pass`; returns once it accepts connections.
 pub fn tinyproxy(dir: &Path) -> (u16, Reaped) {
