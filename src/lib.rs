@@ -10,6 +10,7 @@ pub mod commands;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod gaps;
 pub mod git;
 pub mod guard;
 pub mod index;

@@ -6,6 +6,7 @@
 mod attach;
 mod cell;
 mod container;
+mod gaps;
 mod git;
 mod git_https;
 mod guard;

@@ -117,7 +117,7 @@ fn basename(p: &Path) -> String {
 }
 
 /// The last segment of an identity (`github.com/org/vessel-a` → `vessel-a`): a vessel's name.
-fn last_segment(identity: &str) -> &str {
+pub fn last_segment(identity: &str) -> &str {
     identity
         .trim_end_matches('/')
         .rsplit('/')

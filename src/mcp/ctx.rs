@@ -19,6 +19,8 @@ pub struct Session {
     pub vessel: Option<String>,
     /// The workspace the identity came from.
     pub from: PathBuf,
+    /// The gap store's whole-store read, shared by every call of this attachment.
+    pub gaps: crate::gaps::GapCache,
 }
 
 /// What a tool call runs with once the workspace is decided (anchor: Here): the decision and
@@ -89,6 +91,7 @@ impl Ctx {
                 att,
                 vessel: vessel_id(&env, workspace),
                 from: workspace.to_path_buf(),
+                gaps: crate::gaps::GapCache::new(&env),
             }
         })
     }

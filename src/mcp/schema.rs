@@ -89,6 +89,18 @@ pub fn validate(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
             return Err(format!("{}: must be at most {max}", at(path)));
         }
     }
+    if let Some(arr) = v.as_array() {
+        if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+            && (arr.len() as u64) < min
+        {
+            return Err(format!("{}: must hold at least {min} items", at(path)));
+        }
+        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+            && (arr.len() as u64) > max
+        {
+            return Err(format!("{}: must hold at most {max} items", at(path)));
+        }
+    }
     if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
         for (i, item) in arr.iter().enumerate() {
             validate(items, item, &format!("{}[{i}]", at(path)))?;
@@ -131,6 +143,7 @@ mod tests {
     #[derive(serde::Deserialize, JsonSchema)]
     #[allow(dead_code)]
     struct Args {
+        #[schemars(length(max = 3))]
         files: Vec<String>,
         #[schemars(range(min = 1, max = 100))]
         limit: Option<u32>,
@@ -152,6 +165,10 @@ mod tests {
                 "limit: must be at most 100",
             ),
             (json!({"files": [], "severity": "BAD"}), "must be one of"),
+            (
+                json!({"files": ["a", "b", "c", "d"]}),
+                "files: must hold at most 3 items",
+            ),
         ];
         for (v, want) in cases {
             let err = validate(&s, &v, "").expect_err("refused");

@@ -520,6 +520,7 @@ pub async fn analyze_impact(ctx: &Ctx, here: &Here<'_>, a: ImpactArgs) -> Reply 
         );
     }
     append_findings(ctx, &ws, &files, 20, &mut out);
+    out.push_str(&super::gaps::gap_summary_lines(here, &files));
     Reply::ok(out.trim_end().to_string())
 }
 
@@ -585,6 +586,7 @@ pub async fn assign_git_changes(ctx: &Ctx, here: &Here<'_>, a: AssignArgs) -> Re
         }
     }
     append_findings(ctx, &ws, &files, 20, &mut out);
+    out.push_str(&super::gaps::gap_summary_lines(here, &files));
     Reply::ok(out.trim_end().to_string())
 }
 

@@ -3,6 +3,7 @@
 //! outgoing guard, call log), whether it came over MCP or from `tool call`.
 
 pub mod findings;
+pub mod gaps;
 pub mod local;
 
 use std::time::Instant;
@@ -163,6 +164,8 @@ registry! {
         "Close a finding: endorse (fixed; the fix location is read from git) or discard (false positive).";
     claim_finding(findings::ClaimArgs, sends: true) => findings::claim_finding,
         "Claim a finding before working on it, renew while working, release when stopping without a fix.";
+    path_activity(gaps::ActivityArgs, sends: false) => gaps::path_activity,
+        "Before editing shared files: what the substrate has in flight on them (gaps being landed, held, queued). Paths are matched locally and never sent.";
 }
 
 fn parse<T: DeserializeOwned>(args: Value) -> Result<T, String> {

@@ -203,6 +203,27 @@ struct Listing<'a> {
 }
 
 impl<'a> Listing<'a> {
+    /// The files of the open findings shown, each once.
+    fn open_files(&self, limit: usize) -> Vec<String> {
+        let local = self
+            .local_findings
+            .iter()
+            .take(limit)
+            .map(|s| s.file.clone());
+        let shared = self
+            .open
+            .iter()
+            .take(limit)
+            .flat_map(|r| r.files.iter().cloned());
+        let mut files: Vec<String> = Vec::new();
+        for f in local.chain(shared) {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+        files
+    }
+
     fn of(p: &'a Problems, f: &Filters<'_>) -> Listing<'a> {
         let tasks_listed = f.tasks_are_the_list();
         let local: Vec<&Seed> = by_group(&p.local_all)
@@ -459,6 +480,10 @@ pub async fn get_problems(ctx: &Ctx, here: &Here<'_>, a: ProblemsArgs) -> Reply 
     };
     let mut out = String::new();
     render_problems(&mut out, &p, &filters, shown);
+    let files = Listing::of(&p, &filters).open_files(shown.limit);
+    out.push_str(&crate::mcp::tools::gaps::open_gaps_on_files_lines(
+        here, &files,
+    ));
     out.push_str(
         "These are agent-recorded findings only; none here is not proof the code is clean.",
     );
