@@ -5,6 +5,7 @@
 
 mod attach;
 mod cell;
+mod concepts;
 mod container;
 mod gaps;
 mod git;

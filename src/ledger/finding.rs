@@ -227,11 +227,23 @@ impl Finding {
     }
 }
 
-/// The plain form of a concept id: `concept:` prefixes and `⟨⟩` wrappers removed.
+/// The plain form of a concept id (anchor: plain_concept_id): `concept:` prefixes and `⟨⟩`
+/// wrappers removed in whichever order they nest, so `concept:⟨x⟩` and `⟨concept:x⟩` are `x`.
+/// The one owner for the client and the embedded ledger alike.
 pub fn plain_concept_id(id: &str) -> String {
-    let id = id.trim();
-    let id = id.strip_prefix("concept:").unwrap_or(id);
-    id.trim_start_matches('⟨').trim_end_matches('⟩').to_string()
+    let mut s = id.trim();
+    loop {
+        let next = s.strip_prefix("concept:").unwrap_or(s).trim();
+        let next = next
+            .strip_prefix('⟨')
+            .and_then(|r| r.strip_suffix('⟩'))
+            .unwrap_or(next)
+            .trim();
+        if next == s {
+            return s.to_string();
+        }
+        s = next;
+    }
 }
 
 pub fn concept_id(c: &Value) -> Option<String> {

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use super::db::Writer;
 use super::errors::{ApiError, QueryBound};
 use super::input::Fields;
+use crate::ledger::finding::plain_concept_id;
 use crate::util::{random_hex, rfc3339_ms};
 
 pub const EDGE_TYPES: &[&str] = &[
@@ -39,19 +40,6 @@ pub const DEFAULT_PRIORITY: f64 = 0.5;
 pub const DEFAULT_NEW_EDGE_WEIGHT: f64 = 0.5;
 /// The observation a repeated link without a weight counts as.
 pub const DEFAULT_REPEAT_WEIGHT: f64 = 1.0;
-
-/// The plain form of a concept id: accepts `concept_…`, `concept:concept_…` and `⟨concept_…⟩`.
-// anchor: plain_concept_id
-pub fn plain_concept_id(raw: &str) -> String {
-    let mut s = raw.trim();
-    if let Some(inner) = s.strip_prefix('⟨').and_then(|r| r.strip_suffix('⟩')) {
-        s = inner.trim();
-    }
-    if let Some(rest) = s.strip_prefix("concept:") {
-        s = rest.trim();
-    }
-    s.to_string()
-}
 
 /// Bayesian posterior mean of "this concept helps", with a uniform prior: 0.5 before any use.
 // anchor: relevance

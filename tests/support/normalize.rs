@@ -112,6 +112,7 @@ pub fn layout(out: &Output) -> String {
 const PREFIXED: &[(&str, usize, &str)] = &[
     ("agf_", 16, "FINDING"),
     ("concept_", 24, "CONCEPT"),
+    ("edge_", 24, "EDGE"),
     ("mb_live_", 32, "API_KEY"),
     ("org_", 12, "ORG"),
     ("key_", 12, "KEY_ID"),

@@ -2,6 +2,7 @@
 //! handler in one table, and the one path every call takes (workspace gate, schema check,
 //! outgoing guard, call log), whether it came over MCP or from `tool call`.
 
+pub mod concepts;
 pub mod findings;
 pub mod gaps;
 pub mod local;
@@ -166,7 +167,36 @@ registry! {
         "Claim a finding before working on it, renew while working, release when stopping without a fix.";
     path_activity(gaps::ActivityArgs, sends: false) => gaps::path_activity,
         "Before editing shared files: what the substrate has in flight on them (gaps being landed, held, queued). Paths are matched locally and never sent.";
+    concept_search(concepts::SearchArgs, sends: true) => concepts::concept_search,
+        "Search the shared concept graph by words, shape, source type or relevance, or read one concept by id with its full body.";
+    concept_neighbors(concepts::NeighborsArgs, sends: true) => concepts::concept_neighbors,
+        "Concepts linked to one concept, with each edge's type, direction, weight and the neighbour's summary and body.";
+    concept_usage_stats(concepts::UsageStatsArgs, sends: true) => concepts::concept_usage_stats,
+        "How often a concept was used and how often it helped or misled, with its recent usage rows.";
+    concept_sequence(concepts::SequenceArgs, sends: true) => concepts::concept_sequence,
+        "Concepts observed to follow (or precede) a concept, strongest link first.";
+    concept_link(concepts::LinkArgs, sends: true) => concepts::concept_link,
+        "Record a typed edge between two concepts; repeating it strengthens the existing edge.";
+    concept_create(concepts::CreateArgs, sends: true) => concepts::concept_create,
+        "Store a new concept (body, shape, source type) in the shared graph, stamped with this session as its author.";
+    concept_record_usage(concepts::RecordUsageArgs, sends: true) => concepts::concept_record_usage,
+        "Report that a concept helped (success), misled (failure) or was only loaded (neutral); this moves its relevance.";
 }
+
+/// The tools that send nothing and so skip the outgoing guard (anchor: GUARD_EXEMPT); every
+/// other tool's input is guarded.
+pub const GUARD_EXEMPT: &[&str] = &[
+    "init_workspace",
+    "search_codebase",
+    "predict_cochanges",
+    "analyze_impact",
+    "assign_git_changes",
+    "get_metrics",
+    "annotate_component",
+    "get_problems",
+    "get_analysis_context",
+    "path_activity",
+];
 
 fn parse<T: DeserializeOwned>(args: Value) -> Result<T, String> {
     serde_json::from_value(args).map_err(|e| e.to_string())
@@ -278,4 +308,19 @@ pub fn not_attached(tool: &str, refusal: &GateRefusal) -> Reply {
         "{tool}: not attached: {refusal}; nothing was sent (diagnose with `metabob-mcp attach --check`)"
     ))
     .outcome(Outcome::NotAttached)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_the_exempt_tools_skip_the_outgoing_guard() {
+        for t in super::TOOLS {
+            assert_eq!(
+                !t.sends,
+                super::GUARD_EXEMPT.contains(&t.name),
+                "{}: its sends flag disagrees with GUARD_EXEMPT",
+                t.name
+            );
+        }
+    }
 }
