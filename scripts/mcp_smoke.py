@@ -3,10 +3,13 @@
 
 Usage: mcp_smoke.py BINARY WORKSPACE
 
-Starts an embedded ledger in a scratch HOME, then over stdio: initialize, tools/list,
-init_workspace on WORKSPACE (a real git checkout), search_codebase, predict_cochanges,
-record_finding then get_problems. The server's stdout is teed to a file and every line of it
-must be a JSON-RPC message. Exits non-zero with the reason on the first failure.
+Starts an embedded ledger in a scratch HOME that forwards the gap store's, the trace store's and
+the memory store's shapes to the fixture producer (tests/support/producer.py), then over stdio:
+initialize, tools/list, init_workspace on WORKSPACE (a real git checkout), search_codebase,
+predict_cochanges, record_finding, get_problems, and every substrate tool: the seven concept
+tools, registry_query, execution_trace, resolve_impulse and path_activity. The server's stdout is
+teed to a file and every line of it must be a JSON-RPC message. Exits non-zero with the reason on
+the first failure.
 """
 
 import json
@@ -72,6 +75,83 @@ async def session(binary, workspace, env, stdout_log, errlog):
             r = await s.call_tool("get_problems", {"limit": 1000})
             if not r.is_error:
                 fail("an out-of-range limit was accepted")
+            await substrate_tools(s, call)
+
+
+async def refused(s, name, args, want):
+    r = await s.call_tool(name, args)
+    body = text_of(r)
+    if not r.is_error or want not in body:
+        fail(f"{name} was not refused with {want!r}: {body}")
+    return body
+
+
+async def substrate_tools(s, call):
+    """The concept graph, the registry, traces, the escape hatch and path_activity."""
+    ids = []
+    for text in ("retries: send a write once, never again", "retries: reads back off"):
+        body = await call("concept_create", {"content": text, "shape": "memo", "source_type": "memo",
+                                             "summary": text})
+        ids.append(body.split()[2].rstrip(":"))
+    a, b = ids
+    body = await call("concept_search", {"query": "write once"})
+    if a not in body:
+        fail(f"concept_search by query did not find {a}: {body}")
+    body = await call("concept_search", {"concept_id": f"concept:{b}"})
+    if b not in body or "reads back off" not in body:
+        fail(f"concept_search by id did not read {b}: {body}")
+    link = {"from_concept_id": a, "to_concept_id": b, "edge_type": "sequence_next"}
+    await call("concept_link", link)
+    body = await call("concept_link", link)
+    if "already existed" not in body:
+        fail(f"a repeated concept_link did not say the edge exists: {body}")
+    body = await call("concept_neighbors", {"concept_id": a})
+    if b not in body:
+        fail(f"concept_neighbors does not show {b}: {body}")
+    body = await call("concept_sequence", {"concept_id": a})
+    if b not in body:
+        fail(f"concept_sequence does not show {b}: {body}")
+    await call("concept_record_usage", {"concept_id": a, "outcome": "success", "trace_id": "smoke-trace"})
+    body = await call("concept_usage_stats", {"concept_id": a})
+    if "smoke-trace" not in body:
+        fail(f"concept_usage_stats lacks the usage row: {body}")
+    await refused(s, "concept_create", {"content": "token ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2,
+                                        "shape": "memo", "source_type": "memo"}, "outgoing_secret")
+    body = await call("registry_query", {"mode": "shapes"})
+    for shape in ("conceptSearch", "substrateGap"):
+        if shape not in body:
+            fail(f"registry_query shapes lacks {shape}: {body}")
+    body = await call("registry_query", {"mode": "vessels", "shape": "conceptSearch"})
+    if "metabob-ledger" not in body:
+        fail(f"registry_query vessels does not name the ledger: {body}")
+    body = await call("execution_trace", {})
+    if "exec_smoke" not in body:
+        fail(f"execution_trace did not list the producer's trace: {body}")
+    body = await call("execution_trace", {"execution_id": "exec_smoke"})
+    if "completed" not in body:
+        fail(f"execution_trace did not read the trace: {body}")
+    await refused(s, "resolve_impulse", {"shape": "bash"}, "goal")
+    await refused(s, "resolve_impulse", {"shape": "concept_write"}, "concept_create")
+    body = await call("resolve_impulse", {"shape": "memoryNote", "pointer": {"key": "smoke"}})
+    if "a note from the fixture" not in body:
+        fail(f"resolve_impulse did not pass the read to its producer: {body}")
+    body = await call("path_activity", {"paths": ["repos/smoke/src/main.rs"]})
+    if "gap_smoke" not in body:
+        fail(f"path_activity does not list the fixture's gap: {body}")
+
+
+# What the fixture producer answers for the shapes the embedded ledger does not serve.
+FIXTURES = {
+    "substrateGap": {"body": {"gaps": [{"id": "gap_smoke", "category": "bug", "route": "auto",
+                                        "classification_metadata": {"edit_site": "repos/smoke/src/main.rs"}}]}},
+    "executionTraceList": {"body": {"traces": [{"execution_id": "exec_smoke", "status": "completed",
+                                                "activity_template_id": "smoke", "duration_ms": 12,
+                                                "created_at": "2026-12-01T00:00:00Z"}]}},
+    "activityExecutionTrace": {"body": {"execution_id": "exec_smoke", "status": "completed",
+                                        "activity_template_id": "smoke", "vessel_id": "v",
+                                        "execution_trace": {"tasks": []}}},
+    "memoryNote": {"body": {"note": "a note from the fixture"}},
+}
 
 
 def main():
@@ -79,8 +159,16 @@ def main():
     with tempfile.TemporaryDirectory(prefix="mcp-smoke-") as tmp:
         env = {"HOME": tmp, "PATH": os.environ.get("PATH", ""), "RUST_LOG": "info",
                "METABOB_NO_SYSTEM_CA": "1", "METABOB_CACHE_DIR": os.path.join(tmp, "cache")}
+        fixtures = os.path.join(tmp, "fixtures.json")
+        with open(fixtures, "w", encoding="utf-8") as f:
+            json.dump(FIXTURES, f)
+        producer = subprocess.Popen(
+            [sys.executable, os.path.join(os.path.dirname(__file__), "..", "tests", "support", "producer.py"), fixtures],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        url = "http://127.0.0.1:" + producer.stdout.readline().split()[-1]
+        forwarded = [a for shape in FIXTURES for a in ("--producer", f"{shape}={url}")]
         ledger = subprocess.Popen(
-            [binary, "ledger", "serve", "--data", os.path.join(tmp, "ledger"), "--listen", "127.0.0.1:0"],
+            [binary, "ledger", "serve", "--data", os.path.join(tmp, "ledger"), "--listen", "127.0.0.1:0", *forwarded],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             first = ledger.stdout.readline()
@@ -103,6 +191,8 @@ def main():
         finally:
             ledger.terminate()
             ledger.wait()
+            producer.terminate()
+            producer.wait()
     print(f"mcp_smoke: ok ({len(lines)} JSON-RPC lines on stdout)")
 
 

@@ -301,6 +301,52 @@ async fn detached_local_tools_work_and_substrate_halves_name_the_cause() {
     assert!(!s.ok("get_problems", json!({})).await.contains(&id));
 }
 
+/// Detached, every substrate-only tool answers the attachment's cause in one line and sends
+/// nothing, while the local tools keep working.
+#[tokio::test]
+async fn detached_substrate_tools_answer_the_cause_in_one_line() {
+    let env = TestEnv::new();
+    let ws = env.path("proj");
+    project(&env, &ws);
+    let s = Session::start(&env, &ws, Client::default()).await;
+    let calls = [
+        ("path_activity", json!({"paths": ["a.py"]})),
+        ("concept_search", json!({"query": "parser"})),
+        ("concept_neighbors", json!({"concept_id": "concept_1"})),
+        ("concept_usage_stats", json!({"concept_id": "concept_1"})),
+        ("concept_sequence", json!({"concept_id": "concept_1"})),
+        (
+            "concept_link",
+            json!({"from_concept_id": "concept_1", "to_concept_id": "concept_2", "edge_type": "related_to"}),
+        ),
+        (
+            "concept_create",
+            json!({"content": "a note", "shape": "memo", "source_type": "memo"}),
+        ),
+        (
+            "concept_record_usage",
+            json!({"concept_id": "concept_1", "outcome": "success"}),
+        ),
+        ("registry_query", json!({"mode": "shapes"})),
+        ("execution_trace", json!({})),
+        ("resolve_impulse", json!({"shape": "memoryNote"})),
+    ];
+    let mut shown = Vec::new();
+    for (tool, args) in calls {
+        let (text, err) = s.call(tool, args).await;
+        assert!(err, "{tool}: {text}");
+        assert_eq!(text.lines().count(), 1, "{tool}: {text}");
+        assert!(
+            text.starts_with(&format!("{tool}: not attached: ")),
+            "{text}"
+        );
+        shown.push(normalize(&text, &env));
+    }
+    insta::assert_snapshot!("detached_substrate_tools", shown.join("\n"));
+    let metrics = s.ok("get_metrics", json!({})).await;
+    assert!(metrics.contains("Code graph"), "{metrics}");
+}
+
 #[tokio::test]
 async fn invalid_input_is_a_tool_error_not_a_crash() {
     let env = TestEnv::new();

@@ -12,6 +12,7 @@ mod git;
 mod git_https;
 mod guard;
 mod hostile;
+mod inspect;
 mod ledger;
 mod mcp;
 mod net;

@@ -3,13 +3,14 @@
 
 // anchor: INSTRUCTIONS
 pub const INSTRUCTIONS: &str = "\
-metabob-mcp shares a findings ledger between the agents working on this codebase, and gives you \
-a local code graph and git co-change for it.
+metabob-mcp shares a findings ledger and a concept graph between the agents working on this \
+codebase, and gives you a local code graph and git co-change for it.
 
-Before editing files that other agents also work on: call `get_problems` with the file's path to \
-see open findings, claims and tasks on it. A problem you notice and do not fix goes to \
-`record_finding` (a bug mentioned only in a reply is lost); what you fix goes to \
-`mark_complete`, which reads where the fix is from git. Take a finding or task with \
+Before editing files that other agents or the substrate also work on: call `get_problems` with \
+the file's path to see open findings, claims and tasks on it, then `path_activity` on the same \
+paths to see what the substrate is landing, holding or has queued there. A problem you notice \
+and do not fix goes to `record_finding` (a bug mentioned only in a reply is lost); what you fix \
+goes to `mark_complete`, which reads where the fix is from git. Take a finding or task with \
 `claim_finding` before starting on it, so no one else does the same work.
 
 If your client has the metabob skill, load it before your first call: it holds the order of \
@@ -17,16 +18,24 @@ calls and the rules. Without it, these four are the first calls: `get_analysis_c
 `get_problems`, `record_finding`, `mark_complete`.
 
 The ledger loop: `get_problems` -> `claim_finding` -> fix and commit with a \
-`Fixes-Finding: <id>` trailer -> `mark_complete`.
+`Fixes-Finding: <id>` trailer -> `mark_complete`. The memory loop: `concept_search` before \
+solving something others may have solved, `concept_record_usage` for whether what you found \
+helped, `concept_create` and `concept_link` for what others should find next time. To see what \
+ran recently, `execution_trace` with no id lists the latest traces.
 
 Local tools (run on this machine, send nothing): `init_workspace`, `search_codebase`, \
 `analyze_impact`, `predict_cochanges`, `assign_git_changes`, `get_metrics`, \
 `annotate_component`. Ledger tools (reach the shared ledger): `get_problems`, \
 `get_analysis_context`, `record_finding`, `mark_complete`, `claim_finding`; their local halves \
-still run when the ledger is out of reach.
+still run when the ledger is out of reach. Substrate tools (reach the substrate only): \
+`path_activity`, `concept_search`, `concept_neighbors`, `concept_usage_stats`, \
+`concept_sequence`, `concept_link`, `concept_create`, `concept_record_usage`, \
+`registry_query`, `execution_trace`, and `resolve_impulse`, an escape hatch for allowlisted \
+reads: prefer a dedicated tool.
 
-A named cause in a ledger tool's answer (key_rejected, connect_timeout(...), not_configured, \
-...) is the attachment's state, not your input: diagnose it with `metabob-mcp attach --check`.";
+A named cause in a ledger or substrate tool's answer (key_rejected, connect_timeout(...), \
+not_configured, no_producer(...), ...) is the attachment's state, not your input: diagnose it \
+with `metabob-mcp attach --check`.";
 
 /// The tool names the instructions mention (backticked snake_case words).
 pub fn named_tools() -> Vec<&'static str> {
@@ -43,7 +52,7 @@ mod tests {
     #[test]
     fn every_tool_the_instructions_name_is_served() {
         let named = super::named_tools();
-        assert!(named.len() >= 12, "{named:?}");
+        assert!(named.len() >= 23, "{named:?}");
         for n in named {
             assert!(
                 crate::mcp::tools::spec(n).is_some(),

@@ -5,6 +5,7 @@
 pub mod concepts;
 pub mod findings;
 pub mod gaps;
+pub mod inspect;
 pub mod local;
 
 use std::time::Instant;
@@ -23,7 +24,7 @@ use crate::ledger::claims::ClaimWord;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Ok,
-    /// The outgoing guard refused the input; nothing was sent.
+    /// The outgoing guard, or a tool's own allowlist, refused the input; nothing was sent.
     Refused,
     /// The attachment's gate refused a tool that is substrate only.
     NotAttached,
@@ -181,6 +182,12 @@ registry! {
         "Store a new concept (body, shape, source type) in the shared graph, stamped with this session as its author.";
     concept_record_usage(concepts::RecordUsageArgs, sends: true) => concepts::concept_record_usage,
         "Report that a concept helped (success), misled (failure) or was only loaded (neutral); this moves its relevance.";
+    registry_query(inspect::RegistryArgs, sends: true) => inspect::registry_query,
+        "The shapes the substrate advertises (mode shapes, optionally filtered), or which vessels serve one shape (mode vessels).";
+    execution_trace(inspect::TraceArgs, sends: true) => inspect::execution_trace,
+        "Recent execution traces newest first, or one trace by execution id: status, template, reach tags, failure mode and per-task sequence.";
+    resolve_impulse(inspect::ImpulseArgs, sends: true) => inspect::resolve_impulse,
+        "Escape hatch: resolve one allowlisted plain read (memoryNote, traceAggregateReport, llmSpendSummary, …) or memoryNote_write, sent once. Anything else is refused before sending; prefer a dedicated tool.";
 }
 
 /// The tools that send nothing and so skip the outgoing guard (anchor: GUARD_EXEMPT); every
