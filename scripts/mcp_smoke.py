@@ -3,11 +3,13 @@
 
 Usage: mcp_smoke.py BINARY WORKSPACE
 
-Starts an embedded ledger in a scratch HOME that forwards the gap store's, the trace store's and
-the memory store's shapes to the fixture producer (tests/support/producer.py), then over stdio:
-initialize, tools/list, init_workspace on WORKSPACE (a real git checkout), search_codebase,
+Starts an embedded ledger in a scratch HOME that forwards the gap store's and the memory store's
+shapes to the fixture producer (tests/support/producer.py), then over stdio: initialize,
+tools/list, init_workspace on WORKSPACE (a real git checkout), search_codebase,
 predict_cochanges, record_finding, get_problems, and every substrate tool: the seven concept
-tools, registry_query, execution_trace, resolve_impulse and path_activity. The server's stdout is
+tools, registry_query, the goal tools on the ledger's goal board, execution_trace,
+resolve_impulse, path_activity and the agent-resolver queue; then MCP over HTTP with the SDK's
+HTTP client. The server's stdout is
 teed to a file and every line of it must be a JSON-RPC message. Exits non-zero with the reason on
 the first failure.
 """
@@ -124,12 +126,7 @@ async def substrate_tools(s, call):
     body = await call("registry_query", {"mode": "vessels", "shape": "conceptSearch"})
     if "metabob-ledger" not in body:
         fail(f"registry_query vessels does not name the ledger: {body}")
-    body = await call("execution_trace", {})
-    if "exec_smoke" not in body:
-        fail(f"execution_trace did not list the producer's trace: {body}")
-    body = await call("execution_trace", {"execution_id": "exec_smoke"})
-    if "completed" not in body:
-        fail(f"execution_trace did not read the trace: {body}")
+    await goal_tools(s, call)
     await refused(s, "resolve_impulse", {"shape": "bash"}, "goal")
     await refused(s, "resolve_impulse", {"shape": "concept_write"}, "concept_create")
     body = await call("resolve_impulse", {"shape": "memoryNote", "pointer": {"key": "smoke"}})
@@ -138,20 +135,82 @@ async def substrate_tools(s, call):
     body = await call("path_activity", {"paths": ["repos/smoke/src/main.rs"]})
     if "gap_smoke" not in body:
         fail(f"path_activity does not list the fixture's gap: {body}")
+    body = await call("pull_assigned_work", {})
+    if "advertises no" not in body:
+        fail(f"an empty pull_assigned_work did not say why: {body}")
+    await refused(s, "submit_resolution", {"task_id": "task_unknown", "outcome": "declined"}, "task_unknown")
+
+
+async def goal_tools(s, call):
+    """The goal loop on the embedded ledger's goal board: a dispatch becomes a task, and its walk
+    reads running until a cell takes and closes it (which the Rust tests drive)."""
+    body = await call("run_goal_async", {"goal": "make main say hello",
+                                         "variables": {"repo": "https://git.example/smoke.git", "files": ["src/main.rs"]},
+                                         "learning_mode": "observe"})
+    dispatch = next((w.strip(".,:;()") for w in body.split() if w.startswith("dispatch_")), None)
+    if not dispatch or "as requested" not in body:
+        fail(f"run_goal_async named no dispatch or claimed the learning mode applied: {body}")
+    body = await call("goal_status", {"dispatch_id": dispatch})
+    if not body.startswith("reached: (running)"):
+        fail(f"goal_status does not lead with reached: {body}")
+    body = await call("goal_reasoning", {"dispatch_id": dispatch})
+    if "still running" not in body:
+        fail(f"goal_reasoning of a running dispatch: {body}")
+    await refused(s, "provide_feedback", {"dispatch_id": dispatch, "verdict": "reached",
+                                          "rationale": "not yet"}, "running")
+    body = await call("execution_trace", {})
+    if "No execution trace is recorded" not in body:
+        fail(f"execution_trace did not answer from the goal board: {body}")
 
 
 # What the fixture producer answers for the shapes the embedded ledger does not serve.
 FIXTURES = {
     "substrateGap": {"body": {"gaps": [{"id": "gap_smoke", "category": "bug", "route": "auto",
                                         "classification_metadata": {"edit_site": "repos/smoke/src/main.rs"}}]}},
-    "executionTraceList": {"body": {"traces": [{"execution_id": "exec_smoke", "status": "completed",
-                                                "activity_template_id": "smoke", "duration_ms": 12,
-                                                "created_at": "2026-12-01T00:00:00Z"}]}},
-    "activityExecutionTrace": {"body": {"execution_id": "exec_smoke", "status": "completed",
-                                        "activity_template_id": "smoke", "vessel_id": "v",
-                                        "execution_trace": {"tasks": []}}},
     "memoryNote": {"body": {"note": "a note from the fixture"}},
 }
+
+
+async def http_session(binary, workspace, env, tmp):
+    """MCP over HTTP: `serve --http 127.0.0.1:0` driven by the SDK's streamable HTTP client (the
+    server is stateless and answers each POST with one JSON body): initialize, tools/list and a
+    get_metrics call, then SIGTERM ends the server with exit 0."""
+    import time
+    from mcp.client.streamable_http import streamable_http_client
+
+    errpath = os.path.join(tmp, "http-stderr.log")
+    with open(errpath, "w", encoding="utf-8") as errlog:
+        server = subprocess.Popen([binary, "serve", "--http", "127.0.0.1:0", "--no-resolver"],
+                                  env=env, cwd=workspace, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=errlog)
+    try:
+        url = None
+        for _ in range(600):
+            for line in open(errpath, encoding="utf-8").read().splitlines():
+                if line.startswith("metabob-mcp: MCP over HTTP on "):
+                    url = line.split()[-1]
+            if url or server.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not url:
+            fail(f"serve --http announced no address: {open(errpath, encoding='utf-8').read()[-2000:]}")
+        async with streamable_http_client(url) as (read, write):
+            async with ClientSession(read, write) as s:
+                init = await s.initialize()
+                if "attach --check" not in (init.instructions or ""):
+                    fail(f"initialize over HTTP carried no instructions: {init.instructions!r}")
+                tools = {t.name for t in (await s.list_tools()).tools}
+                for want in ("init_workspace", "get_metrics", "record_finding", "pull_assigned_work"):
+                    if want not in tools:
+                        fail(f"tools/list over HTTP lacks {want}: {sorted(tools)}")
+                r = await s.call_tool("get_metrics", {})
+                if r.is_error or "Code graph" not in text_of(r):
+                    fail(f"get_metrics over HTTP: {text_of(r)}")
+    finally:
+        server.terminate()
+        code = server.wait()
+    if code != 0:
+        fail(f"serve --http exited {code} on SIGTERM")
 
 
 def main():
@@ -178,6 +237,7 @@ def main():
             # The server logs at info on stderr, to show that logging stays off stdout.
             with open(os.path.join(tmp, "stderr.log"), "w", encoding="utf-8") as errlog:
                 anyio.run(session, binary, workspace, env, stdout_log, errlog)
+            anyio.run(http_session, binary, workspace, env, tmp)
             lines = [l for l in open(stdout_log, encoding="utf-8").read().splitlines() if l.strip()]
             if len(lines) < 8:
                 fail(f"stdout holds only {len(lines)} lines")

@@ -127,3 +127,18 @@ pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<String> {
     String::from_utf8(read_bounded_bytes(path, max)?)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
+
+/// `s` made safe to print on one line (anchor: one_line): control characters (newlines
+/// included) become spaces and it is cut at `max` characters with `…`, so a hostile field can
+/// neither forge lines of a reply nor flood it.
+pub fn one_line(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in s.trim().chars().enumerate() {
+        if i == max {
+            out.push('…');
+            break;
+        }
+        out.push(if c.is_control() { ' ' } else { c });
+    }
+    out
+}

@@ -330,6 +330,17 @@ async fn detached_substrate_tools_answer_the_cause_in_one_line() {
         ("registry_query", json!({"mode": "shapes"})),
         ("execution_trace", json!({})),
         ("resolve_impulse", json!({"shape": "memoryNote"})),
+        (
+            "run_goal_async",
+            json!({"goal": "fix it", "variables": {"repo": "https://git.example/app.git"}}),
+        ),
+        ("run_goal", json!({"goal": "fix it"})),
+        ("goal_status", json!({"dispatch_id": "dispatch_1"})),
+        ("goal_reasoning", json!({"dispatch_id": "dispatch_1"})),
+        (
+            "provide_feedback",
+            json!({"dispatch_id": "dispatch_1", "verdict": "reached", "rationale": "the test passes"}),
+        ),
     ];
     let mut shown = Vec::new();
     for (tool, args) in calls {

@@ -3,6 +3,7 @@
 // The house lints deny these outside tests; here a failed step is the test failing.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+mod agent_queue;
 mod attach;
 mod cell;
 mod concepts;
@@ -10,10 +11,13 @@ mod container;
 mod gaps;
 mod git;
 mod git_https;
+mod goals;
+mod goals_ledger;
 mod guard;
 mod hostile;
 mod inspect;
 mod ledger;
+mod loopback;
 mod mcp;
 mod net;
 mod refs;

@@ -188,9 +188,17 @@ impl CreateConcept {
     // anchor: create-concept
     pub fn run(self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick();
-        let id = format!("concept_{}", random_hex(12));
         let tx = w.conn.transaction()?;
-        tx.execute(
+        let concept = self.insert(&tx, org, now)?;
+        tx.commit()?;
+        Ok(json!({ "concept": concept }))
+    }
+
+    /// Inserts the concept with creation time `now` on `conn`, inside the caller's transaction
+    /// (the goal board writes a task and its dispatch in one), and returns it as answered.
+    pub fn insert(&self, conn: &Connection, org: &str, now: i64) -> Result<Value, ApiError> {
+        let id = format!("concept_{}", random_hex(12));
+        conn.execute(
             "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer, budget, priority,
                                    created_at, updated_at, client_claim)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
@@ -208,9 +216,7 @@ impl CreateConcept {
                 self.claim
             ],
         )?;
-        let concept = load_concept(&tx, org, &id)?;
-        tx.commit()?;
-        Ok(json!({ "concept": concept }))
+        load_concept(conn, org, &id)
     }
 }
 

@@ -17,7 +17,7 @@ use crate::util::now_ms;
 pub const DB_FILE: &str = "ledger.db";
 
 /// Bumped with every schema change; `migrate` brings older files forward.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 // anchor: schema
 const SCHEMA_V1: &str = r#"
@@ -153,6 +153,10 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version < 1 {
             conn.execute_batch(SCHEMA_V1)?;
+        }
+        // Version 2: the goal board's tables.
+        if version < 2 {
+            conn.execute_batch(super::goals::SCHEMA)?;
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
     })();

@@ -13,6 +13,7 @@ pub mod concepts;
 pub mod db;
 pub mod errors;
 pub mod forward;
+pub mod goals;
 pub mod http;
 pub mod input;
 pub mod keys;
@@ -121,7 +122,8 @@ pub fn default_data_dir(env: &Env) -> Result<PathBuf, LedgerError> {
         .join("ledger"))
 }
 
-/// Parses the `--producer SHAPE=URL` list; a shape the ledger serves itself cannot be rerouted.
+/// Parses the `--producer SHAPE=URL` list; a shape the ledger serves itself cannot be rerouted,
+/// except the goal board's, which a real goal-host or activity-api may take over.
 // anchor: parse_producers
 pub fn parse_producers(specs: &[String]) -> Result<BTreeMap<String, String>, LedgerError> {
     let mut map = BTreeMap::new();
@@ -136,7 +138,7 @@ pub fn parse_producers(specs: &[String]) -> Result<BTreeMap<String, String>, Led
         if let Err(e) = crate::net::Url::parse(url) {
             return Err(LedgerError::Usage(format!("--producer {spec:?}: {e}")));
         }
-        if LEDGER_SHAPES.contains(&shape) {
+        if LEDGER_SHAPES.contains(&shape) && !goals::GOAL_SHAPES.contains(&shape) {
             return Err(LedgerError::Usage(format!(
                 "--producer {spec:?}: the ledger serves {shape} itself"
             )));

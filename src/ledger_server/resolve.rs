@@ -14,6 +14,7 @@ use super::concepts::{
 };
 use super::db::{Budget, Db};
 use super::errors::ApiError;
+use super::goals;
 use super::input::Fields;
 use super::keys::KeyIdentity;
 
@@ -29,6 +30,11 @@ pub const LEDGER_SHAPES: &[&str] = &[
     "conceptUsage_write",
     "conceptUsageStats",
     "conceptSequence",
+    "goalDispatchAsync",
+    "goalWalkState",
+    "executionTraceList",
+    "activityExecutionTrace",
+    "goal_verification_label_write",
 ];
 
 pub const LEDGER_VESSEL_ID: &str = "metabob-ledger";
@@ -67,14 +73,25 @@ impl Ledger {
         Budget::start(self.request_budget_ms)
     }
 
+    /// Whether the ledger answers `shape` itself: one of its own, and not handed to a producer
+    /// (only goal board shapes can be, `parse_producers`).
+    fn serves(&self, shape: &str) -> bool {
+        LEDGER_SHAPES.contains(&shape) && !self.producers.contains_key(shape)
+    }
+
     fn ledger_vessel(&self) -> Value {
+        let shapes: Vec<&str> = LEDGER_SHAPES
+            .iter()
+            .copied()
+            .filter(|s| self.serves(s))
+            .collect();
         json!({
             "vessel_id": LEDGER_VESSEL_ID,
             "endpoint": self.public_url,
             "public_endpoint": self.public_url,
             "protocol": "http",
             "resolve_endpoint": format!("{}/resolve", self.public_url),
-            "shapes": LEDGER_SHAPES,
+            "shapes": shapes,
         })
     }
 
@@ -114,7 +131,7 @@ impl Ledger {
 
     fn capability(&self, shape: &str) -> Value {
         let mut vessels = Vec::new();
-        if LEDGER_SHAPES.contains(&shape) {
+        if self.serves(shape) {
             vessels.push(self.ledger_vessel());
         }
         if let Some(url) = self.producers.get(shape) {
@@ -209,6 +226,9 @@ pub async fn dispatch(
                 StatusCode::CREATED,
                 ledger.db.write(budget, move |w| req.run(w, &org)).await?,
             ))
+        }
+        goal if goals::GOAL_SHAPES.contains(&goal) && ledger.serves(goal) => {
+            goals::resolve(ledger, budget, &key, goal, &pointer, claim).await
         }
         other => match ledger.producers.get(other) {
             Some(url) => {

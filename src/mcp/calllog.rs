@@ -14,6 +14,10 @@ pub enum Via {
     Stdio,
     /// `tool call` from a shell.
     Cli,
+    /// The loopback resolver's `POST /v2/impulses/resolve` (src/mcp/loopback.rs).
+    Loopback,
+    /// MCP over HTTP, `serve --http` (src/mcp/http.rs).
+    Http,
 }
 
 impl Via {
@@ -21,6 +25,8 @@ impl Via {
         match self {
             Via::Stdio => "stdio",
             Via::Cli => "cli",
+            Via::Loopback => "loopback",
+            Via::Http => "http",
         }
     }
 }

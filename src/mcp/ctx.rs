@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::attachment::{Attachment, ClientClaim, vessel_id};
 use crate::env::Env;
 use crate::index::Index;
+use crate::store::sidecar::{Sidecar, sidecar_path};
 use crate::store::{Store, store_path};
 
 use super::calllog::CallLog;
@@ -41,6 +42,7 @@ pub struct Ctx {
     pub workspace: Workspace,
     session: OnceLock<Session>,
     store: OnceLock<Result<Arc<Store>, String>>,
+    sidecar: OnceLock<Result<Arc<Sidecar>, String>>,
     /// The code graph of the last indexed root; parsing runs on a blocking thread.
     pub index: Arc<Mutex<Option<Index>>>,
     /// `local_index_unavailable(…)` once a grammar failed to load; it will not load later.
@@ -63,6 +65,7 @@ impl Ctx {
             env,
             session: OnceLock::new(),
             store: OnceLock::new(),
+            sidecar: OnceLock::new(),
             index: Arc::new(Mutex::new(None)),
             index_unavailable: OnceLock::new(),
             long_running,
@@ -84,16 +87,25 @@ impl Ctx {
             let claim = ClientClaim::from_env(&env, workspace);
             let guard = crate::guard::Guard::new(&env, Some(workspace));
             let att = Attachment::new(cfg, net, claim, guard);
+            let vessel = vessel_id(&env, workspace);
             if self.long_running {
                 att.spawn_background();
+                // A prior session's undelivered answers go out once the identity is known.
+                super::tools::agent::spawn_reconcile(&self.env, &att, vessel.as_deref());
             }
             Session {
                 att,
-                vessel: vessel_id(&env, workspace),
+                vessel,
                 from: workspace.to_path_buf(),
                 gaps: crate::gaps::GapCache::new(&env),
             }
         })
+    }
+
+    /// The session once a call derived it, without deciding the workspace (the resolver's
+    /// `/health` and key check read it; they must not bind the identity early).
+    pub fn session(&self) -> Option<&Session> {
+        self.session.get()
     }
 
     pub fn session_id(&self) -> &str {
@@ -108,6 +120,20 @@ impl Ctx {
                     "the local store is unavailable: no HOME and no METABOB_STORE".to_string()
                 })?;
                 Store::open(&path).map(Arc::new).map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
+    /// The agent-resolver queue, opened on first use; the error line when it cannot open.
+    pub fn sidecar(&self) -> Result<Arc<Sidecar>, String> {
+        self.sidecar
+            .get_or_init(|| {
+                let path = sidecar_path(&self.env).ok_or_else(|| {
+                    "the agent queue is unavailable: no HOME and no METABOB_SIDECAR".to_string()
+                })?;
+                Sidecar::open(&path)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
             })
             .clone()
     }

@@ -20,8 +20,11 @@ calls and the rules. Without it, these four are the first calls: `get_analysis_c
 The ledger loop: `get_problems` -> `claim_finding` -> fix and commit with a \
 `Fixes-Finding: <id>` trailer -> `mark_complete`. The memory loop: `concept_search` before \
 solving something others may have solved, `concept_record_usage` for whether what you found \
-helped, `concept_create` and `concept_link` for what others should find next time. To see what \
-ran recently, `execution_trace` with no id lists the latest traces.
+helped, `concept_create` and `concept_link` for what others should find next time. The goal \
+loop hands work to the fleet: `run_goal_async` -> `goal_status` (read `reached`, not the status) \
+-> `goal_reasoning` -> `provide_feedback`; `run_goal` waits for a short goal. To see what ran \
+recently, `execution_trace` with no id lists the latest traces. A decision queued for you on \
+this machine comes from `pull_assigned_work` and is answered with `submit_resolution`.
 
 Local tools (run on this machine, send nothing): `init_workspace`, `search_codebase`, \
 `analyze_impact`, `predict_cochanges`, `assign_git_changes`, `get_metrics`, \
@@ -30,8 +33,8 @@ Local tools (run on this machine, send nothing): `init_workspace`, `search_codeb
 still run when the ledger is out of reach. Substrate tools (reach the substrate only): \
 `path_activity`, `concept_search`, `concept_neighbors`, `concept_usage_stats`, \
 `concept_sequence`, `concept_link`, `concept_create`, `concept_record_usage`, \
-`registry_query`, `execution_trace`, and `resolve_impulse`, an escape hatch for allowlisted \
-reads: prefer a dedicated tool.
+`registry_query`, `execution_trace`, the goal tools, `submit_resolution`, and \
+`resolve_impulse`, an escape hatch for allowlisted reads: prefer a dedicated tool.
 
 A named cause in a ledger or substrate tool's answer (key_rejected, connect_timeout(...), \
 not_configured, no_producer(...), ...) is the attachment's state, not your input: diagnose it \
@@ -52,7 +55,7 @@ mod tests {
     #[test]
     fn every_tool_the_instructions_name_is_served() {
         let named = super::named_tools();
-        assert!(named.len() >= 23, "{named:?}");
+        assert!(named.len() >= 30, "{named:?}");
         for n in named {
             assert!(
                 crate::mcp::tools::spec(n).is_some(),

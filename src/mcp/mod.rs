@@ -4,7 +4,9 @@
 pub mod calllog;
 pub mod ctx;
 pub mod framing;
+pub mod http;
 pub mod instructions;
+pub mod loopback;
 pub mod schema;
 pub mod server;
 pub mod tools;

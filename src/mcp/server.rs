@@ -22,11 +22,18 @@ use super::workspace::Roots;
 #[derive(Clone)]
 pub struct Server {
     ctx: Arc<Ctx>,
+    /// The entry point the call log names: stdio, or MCP over HTTP (`src/mcp/http.rs`).
+    via: Via,
 }
 
 impl Server {
     pub fn new(ctx: Arc<Ctx>) -> Server {
-        Server { ctx }
+        Server::over(ctx, Via::Stdio)
+    }
+
+    /// The same server for another MCP transport, named `via` in the call log.
+    pub fn over(ctx: Arc<Ctx>, via: Via) -> Server {
+        Server { ctx, via }
     }
 
     /// Asks a client that declared roots for them; the workspace waits for the answer.
@@ -95,7 +102,7 @@ impl ServerHandler for Server {
         let ctx = self.ctx.clone();
         let name = request.name.to_string();
         // rmcp sends no answer for a cancelled request; the call stops being awaited here.
-        let call = tools::call(&ctx, &name, args, Via::Stdio, context.ct.cancelled());
+        let call = tools::call(&ctx, &name, args, self.via, context.ct.cancelled());
         let Some(reply) = answer_even_if_it_panics(&name, call).await else {
             return Err(ErrorData::internal_error("cancelled by the client", None));
         };
@@ -168,7 +175,7 @@ where
 /// panic is caught here, logged, and the client is told that an internal error stopped the call.
 /// Without this the panic would end rmcp's task for the request and the call would never be
 /// answered.
-async fn answer_even_if_it_panics(
+pub(crate) async fn answer_even_if_it_panics(
     name: &str,
     call: impl Future<Output = Option<Reply>>,
 ) -> Option<Reply> {

@@ -12,6 +12,8 @@ use crate::env::Env;
 use crate::ledger::finding::{FindingStatus, Severity};
 use crate::util::now_ms;
 
+pub mod sidecar;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("the local store at {path} could not be opened: {cause}")]
@@ -125,20 +127,26 @@ pub fn store_path(env: &Env) -> Option<PathBuf> {
     env.home().map(|h| h.join(".metabob").join("store.sqlite"))
 }
 
+/// A local SQLite file in WAL mode with `schema` applied, its directory made; the cause as text
+/// for the caller's typed error. Shared by the findings store and the agent-resolver queue.
+pub(crate) fn open_sqlite(path: &Path, schema: &str) -> Result<Connection, String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    let conn = Connection::open(path).map_err(|e| e.to_string())?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
+        .and_then(|_| conn.execute_batch(schema))
+        .map_err(|e| e.to_string())?;
+    Ok(conn)
+}
+
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let fail = |cause: String| StoreError::Open {
+        let conn = open_sqlite(path, SCHEMA).map_err(|cause| StoreError::Open {
             path: path.display().to_string(),
             cause,
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
-        }
-        let conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
-            .and_then(|_| conn.execute_batch(SCHEMA))
-            .map_err(|e| fail(e.to_string()))?;
+        })?;
         Ok(Store {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),

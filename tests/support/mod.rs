@@ -145,6 +145,43 @@ impl TestEnv {
         self.run(&args)
     }
 
+    /// A cell's end of the task `task_pull` took into `cell`: changes `a.py` in the clone,
+    /// commits with the task's `Fixes-Finding:` trailer, pushes to main and runs `finding close
+    /// --json`, which must close it.
+    pub fn fix_push_close(&self, cell: &str) -> Output {
+        let task_dir = self.path(&format!("{cell}/task"));
+        let work = self.path(&format!("{cell}/work"));
+        let task: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap())
+                .unwrap();
+        let id = task["task_id"].as_str().expect("task.json names the task");
+        std::fs::write(work.join("a.py"), "def a():\n    return 2\n").unwrap();
+        let message = format!("a returns 2\n\nFixes-Finding: {id}");
+        self.git(&work, &["commit", "-q", "-am", &message]);
+        let commits = task_dir.join("commits");
+        std::fs::write(
+            &commits,
+            self.git(&work, &["rev-list", "origin/main..HEAD"]),
+        )
+        .unwrap();
+        self.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+        let shown = |p: &Path| p.display().to_string();
+        let out = self.run(&[
+            "finding",
+            "close",
+            "--commits-from",
+            &shown(&commits),
+            "--task",
+            &shown(&task_dir.join("task.json")),
+            "--work-dir",
+            &shown(&work),
+            "--json",
+        ]);
+        assert_eq!(out.code, 0, "{}", layout(&out));
+        assert!(out.stdout.contains("\"closed\""), "{}", layout(&out));
+        out
+    }
+
     /// Starts `ledger serve` on an ephemeral loopback port with its data under the test root.
     pub fn ledger(&self, name: &str, extra: &[&str]) -> Ledger {
         let data = self.root.path().join(format!("ledger-{name}"));

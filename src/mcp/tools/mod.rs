@@ -2,9 +2,11 @@
 //! handler in one table, and the one path every call takes (workspace gate, schema check,
 //! outgoing guard, call log), whether it came over MCP or from `tool call`.
 
+pub mod agent;
 pub mod concepts;
 pub mod findings;
 pub mod gaps;
+pub mod goals;
 pub mod inspect;
 pub mod local;
 
@@ -188,6 +190,20 @@ registry! {
         "Recent execution traces newest first, or one trace by execution id: status, template, reach tags, failure mode and per-task sequence.";
     resolve_impulse(inspect::ImpulseArgs, sends: true) => inspect::resolve_impulse,
         "Escape hatch: resolve one allowlisted plain read (memoryNote, traceAggregateReport, llmSpendSummary, …) or memoryNote_write, sent once. Anything else is refused before sending; prefer a dedicated tool.";
+    run_goal_async(goals::DispatchArgs, sends: true) => goals::run_goal_async,
+        "Dispatch a goal (in words, or a template) and return its dispatchId at once; the default for non-trivial goals.";
+    run_goal(goals::DispatchArgs, sends: true) => goals::run_goal,
+        "Dispatch a short goal and wait for it, polling its record: reached, status, execution and duration.";
+    goal_status(goals::StatusArgs, sends: true) => goals::goal_status,
+        "Where a dispatched goal stands: reached first, then status, who dispatched, the live walk log or the finished trace.";
+    goal_reasoning(goals::StatusArgs, sends: true) => goals::goal_reasoning,
+        "Why a finished dispatch went as it did: its numbered walk log, its per-task trace and the reach verdict.";
+    provide_feedback(goals::FeedbackArgs, sends: true) => goals::provide_feedback,
+        "Label a finished dispatch reached, not_reached or partial with your evidence, once, for the oracle corpus.";
+    pull_assigned_work(agent::PullArgs, sends: false) => agent::pull_assigned_work,
+        "List the decisions queued on this machine for you to answer (oldest first), claiming each; the substrate dispatches nothing to a client-only session, so the queue is usually empty.";
+    submit_resolution(agent::SubmitArgs, sends: true) => agent::submit_resolution,
+        "Answer a task from pull_assigned_work (answered, declined or insufficient_context): recorded locally first, then delivered to goal-host once.";
 }
 
 /// The tools that send nothing and so skip the outgoing guard (anchor: GUARD_EXEMPT); every
@@ -203,6 +219,7 @@ pub const GUARD_EXEMPT: &[&str] = &[
     "get_problems",
     "get_analysis_context",
     "path_activity",
+    "pull_assigned_work",
 ];
 
 fn parse<T: DeserializeOwned>(args: Value) -> Result<T, String> {

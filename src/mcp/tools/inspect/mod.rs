@@ -7,7 +7,7 @@
 mod allowlist;
 mod escape;
 mod registry;
-mod trace;
+pub(crate) mod trace;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -53,22 +53,10 @@ pub struct ImpulseArgs {
 }
 
 /// Longest string a producer's field may print as; longer ones are cut with `…`.
-const FIELD_CHARS: usize = 200;
+pub(crate) const FIELD_CHARS: usize = 200;
 
-/// `s` made safe to print on one line: control characters (newlines included) become spaces
-/// and it is cut at `max` characters, so a hostile field cannot forge lines of the reply or
-/// flood it.
-fn clean(s: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (i, c) in s.trim().chars().enumerate() {
-        if i == max {
-            out.push('…');
-            break;
-        }
-        out.push(if c.is_control() { ' ' } else { c });
-    }
-    out
-}
+/// A producer's field on one line, cut (the one owner is `util::one_line`).
+pub(crate) use crate::util::one_line as clean;
 
 /// `n` malformed things skipped, as a reply says it.
 fn skipped(n: usize, one: &str, many: &str) -> String {
@@ -79,7 +67,7 @@ fn skipped(n: usize, one: &str, many: &str) -> String {
 }
 
 /// A string field of a producer's row, cleaned; `None` when absent, not a string, or blank.
-fn text(row: &Value, key: &str) -> Option<String> {
+pub(crate) fn text(row: &Value, key: &str) -> Option<String> {
     row.get(key)
         .and_then(Value::as_str)
         .map(|s| clean(s, FIELD_CHARS))
@@ -87,7 +75,7 @@ fn text(row: &Value, key: &str) -> Option<String> {
 }
 
 /// The first of `keys` that `row` has as a non-blank string.
-fn first_text(row: &Value, keys: &[&str]) -> Option<String> {
+pub(crate) fn first_text(row: &Value, keys: &[&str]) -> Option<String> {
     keys.iter().find_map(|k| text(row, k))
 }
 

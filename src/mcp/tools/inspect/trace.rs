@@ -13,8 +13,8 @@ use crate::mcp::tools::{Reply, attached, resolve_failed};
 use crate::util::parse_rfc3339_ms;
 
 const TOOL: &str = "execution_trace";
-const LIST: &str = "executionTraceList";
-const READ: &str = "activityExecutionTrace";
+pub(crate) const LIST: &str = "executionTraceList";
+pub(crate) const READ: &str = "activityExecutionTrace";
 const DEFAULT_LIMIT: u32 = 10;
 const MAX_LIMIT: u32 = 50;
 /// Most tasks one trace shows.
@@ -22,7 +22,7 @@ const MAX_TASKS: usize = 200;
 /// Most entries shown of a list inside a row (a composition chain, a task's shapes).
 const MAX_LIST: usize = 20;
 /// The tags a trace's reach is read from; the first of each is shown.
-const REACH_TAGS: [&str; 4] = [
+pub(crate) const REACH_TAGS: [&str; 4] = [
     "state_signature:",
     "reached:",
     "completion_shapes:",
@@ -76,11 +76,11 @@ fn is_table_name(s: &str) -> bool {
 }
 
 /// A satisfier reach, named by its id or its template (anchor: is_satisfier_execution).
-fn is_satisfier(raw: &str) -> bool {
+pub(crate) fn is_satisfier(raw: &str) -> bool {
     raw.starts_with("satisfier:") || bare_execution_id(raw).starts_with("walk-satisfier-")
 }
 
-fn satisfier(raw: &str) -> Reply {
+pub(crate) fn satisfier(raw: &str) -> Reply {
     Reply::ok(format!(
         "{} is a satisfier reach: it persists no task trace (activity-api answers 404 for one, \
          a successful one included), so activity-api was not asked. Its walk is in the dispatch \
@@ -90,12 +90,11 @@ fn satisfier(raw: &str) -> Reply {
 }
 
 /// A failed trace read as its one line.
-fn failed(e: ResolveError, id: Option<&str>) -> Reply {
+pub(crate) fn failed(e: ResolveError, id: Option<&str>) -> Reply {
     match (e, id) {
         (ResolveError::NoProducer(_), None) => Reply::error(format!(
-            "{TOOL}: no_producer({LIST}): no producer serves the trace listing here, so this \
-             ledger records no execution traces yet (an embedded ledger forwards them only with \
-             --producer {LIST}=URL)"
+            "{TOOL}: no_producer({LIST}): no producer serves the trace listing on this substrate, \
+             so no execution trace can be read here"
         )),
         (ResolveError::NoProducer(_), Some(id)) => Reply::error(format!(
             "{TOOL}: no_producer({READ}): either no producer answered or trace {id} does not \
@@ -123,26 +122,27 @@ async fn read(att: &Attachment, id: &str) -> Reply {
     match answer.and_then(|r| r.ok(READ)) {
         Ok(body) => render_trace(&shown, &body),
         Err(ResolveError::Answer { status: 404, .. }) => Reply::error(format!(
-            "{TOOL}: activity-api has no trace {shown} (HTTP 404). That is expected for a \
-             satisfier-only reach, which persists no task trace; its walk is in goal_reasoning."
+            "{TOOL}: the trace producer (activity-api, or the embedded ledger's goal board) has no \
+             trace {shown} (HTTP 404). That is expected for a satisfier-only reach, which persists \
+             no task trace; its walk is in goal_reasoning."
         )),
         Err(e) => failed(e, Some(&shown)),
     }
 }
 
 /// One listed trace, validated.
-struct Row {
-    id: String,
+pub(crate) struct Row {
+    pub(crate) id: String,
     status: String,
     outcome: Option<bool>,
     duration: Option<String>,
-    template: Option<String>,
+    pub(crate) template: Option<String>,
     time: Option<String>,
     at_ms: Option<i64>,
 }
 
 impl Row {
-    fn parse(v: &Value) -> Option<Row> {
+    pub(crate) fn parse(v: &Value) -> Option<Row> {
         let id = match (v.get("execution_id"), v.get("id")) {
             (Some(Value::String(s)), _) | (_, Some(Value::String(s))) => s.clone(),
             (_, Some(Value::Object(o))) => o.get("id")?.as_str()?.to_string(),
@@ -174,7 +174,7 @@ impl Row {
 }
 
 /// A row's status as given, or read from its `success` flag.
-fn status(v: &Value) -> String {
+pub(crate) fn status(v: &Value) -> String {
     match (text(v, "status"), v.get("success").and_then(Value::as_bool)) {
         (Some(s), _) => s,
         (None, Some(true)) => "success".into(),
@@ -207,7 +207,7 @@ fn duration(ms: f64) -> String {
 }
 
 /// The rows of a listing: `executions` (activity-api's key), `traces`, or a bare array.
-fn listed_rows(body: &Value) -> Option<&Vec<Value>> {
+pub(crate) fn listed_rows(body: &Value) -> Option<&Vec<Value>> {
     body.get("executions")
         .or_else(|| body.get("traces"))
         .unwrap_or(body)
@@ -283,7 +283,7 @@ fn strings(v: &Value, keys: &[&str]) -> Vec<String> {
 }
 
 /// A failure mode as a string, or `{type, message}` as `type: message`.
-fn failure_mode(v: &Value) -> Option<String> {
+pub(crate) fn failure_mode(v: &Value) -> Option<String> {
     match v.get("failure_mode") {
         Some(Value::String(s)) => Some(clean(s, FIELD_CHARS)).filter(|s| !s.is_empty()),
         Some(o @ Value::Object(_)) => {
@@ -299,7 +299,7 @@ fn failure_mode(v: &Value) -> Option<String> {
 }
 
 /// The stored row, unwrapped from an envelope when the answer has one.
-fn trace_row(body: &Value) -> &Value {
+pub(crate) fn trace_row(body: &Value) -> &Value {
     let is_row = [
         "status",
         "success",
@@ -318,7 +318,7 @@ fn trace_row(body: &Value) -> &Value {
         .unwrap_or(body)
 }
 
-fn render_trace(id: &str, body: &Value) -> Reply {
+pub(crate) fn render_trace(id: &str, body: &Value) -> Reply {
     let row = trace_row(body);
     if !row.is_object() {
         return Reply::error(format!("{TOOL}: {READ} answered without a trace object"));
@@ -361,7 +361,7 @@ fn render_trace(id: &str, body: &Value) -> Reply {
 }
 
 /// Every string of `v[key]` (bounded by the tag scan's needs), cleaned.
-fn strings_all(v: &Value, key: &str) -> Vec<String> {
+pub(crate) fn strings_all(v: &Value, key: &str) -> Vec<String> {
     v.get(key)
         .and_then(Value::as_array)
         .map(|a| {
@@ -376,7 +376,7 @@ fn strings_all(v: &Value, key: &str) -> Vec<String> {
 
 /// The per-task sequence, lifted from `execution_trace.tasks` (an object, or that object as a
 /// JSON string), else a `tasks` list on the row.
-fn tasks_of(row: &Value) -> Option<Vec<Value>> {
+pub(crate) fn tasks_of(row: &Value) -> Option<Vec<Value>> {
     let from = |blob: &Value| blob.get("tasks").and_then(Value::as_array).cloned();
     match row.get("execution_trace") {
         Some(Value::String(s)) => serde_json::from_str::<Value>(s).ok().and_then(|b| from(&b)),
@@ -387,7 +387,7 @@ fn tasks_of(row: &Value) -> Option<Vec<Value>> {
     .or_else(|| from(row))
 }
 
-fn task_lines(row: &Value) -> String {
+pub(crate) fn task_lines(row: &Value) -> String {
     let Some(tasks) = tasks_of(row).filter(|t| !t.is_empty()) else {
         return "No per-task sequence is recorded (execution_trace.tasks is empty or absent).\n"
             .into();
@@ -489,5 +489,25 @@ mod tests {
         let row = json!({"status": "failed", "execution_trace": blob.to_string()});
         let lines = task_lines(&row);
         assert!(lines.contains("#1 ✗ r/2 a → b, timeout"), "{lines}");
+    }
+
+    /// A discovery that serves neither trace shape (the embedded ledger answers both itself, so
+    /// only a peer substrate gives this answer now).
+    #[test]
+    fn no_producer_names_the_missing_trace_shape() {
+        let listing = failed(ResolveError::NoProducer(LIST.into()), None);
+        assert!(listing.is_error);
+        assert!(
+            listing.text.contains("no_producer(executionTraceList)"),
+            "{}",
+            listing.text
+        );
+        let one = failed(ResolveError::NoProducer(READ.into()), Some("exec_k3j4"));
+        assert!(
+            one.text
+                .contains("no_producer(activityExecutionTrace): either no producer answered or trace exec_k3j4"),
+            "{}",
+            one.text
+        );
     }
 }
