@@ -559,3 +559,58 @@ fn a_rebase_conflict_aborts_releases_the_claim_and_exits_1() {
     assert_eq!(out.code, 0, "the released task is pulled at once: {out:?}");
     assert!(out.stdout.contains(&id), "{out:?}");
 }
+
+#[test]
+fn a_goal_dispatched_over_mcp_is_pulled_and_closed_by_a_cell() {
+    images();
+    let mut fleet = Fleet::new();
+    let git = git_server(&mut fleet, &["g.py"]);
+    let (_ledger, key) = ledger(&mut fleet);
+    let mut w = World {
+        fleet,
+        git,
+        key,
+        ids: Vec::new(),
+    };
+    let goal = serde_json::json!({
+        "goal": "make g.py say it was fixed",
+        "variables": {"repo": ORIGIN, "files": ["g.py"], "ref": "main"},
+    });
+    let out = w.mb(&[
+        "tool",
+        "call",
+        "run_goal_async",
+        "--args",
+        &goal.to_string(),
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let dispatch = out
+        .stdout
+        .split_whitespace()
+        .find(|t| t.starts_with("dispatch_"))
+        .unwrap_or_else(|| panic!("no dispatch id in {out:?}"))
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .to_string();
+
+    let cell = w.cell("cell1", "sh /harness.sh", &[]);
+    w.exits(&cell, "0");
+    let log = logs(&cell);
+    assert!(
+        log.contains("finding close exit 0, outcome closed"),
+        "{log}"
+    );
+    let status = w.mb(&[
+        "tool",
+        "call",
+        "goal_status",
+        "--args",
+        &serde_json::json!({"dispatch_id": dispatch}).to_string(),
+    ]);
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(
+        status.stdout.starts_with("reached: yes"),
+        "{}",
+        status.stdout
+    );
+    assert_eq!(w.pull().code, 3, "nothing is left open");
+}
