@@ -88,9 +88,10 @@ def goal_rows(binary, env, root, goals):
     for i in range(goals):
         args = {"goal": f"goal {i}", "variables": {"repo": origin, "files": ["a.py"], "ref": "main"}}
         t0 = time.perf_counter()
-        subprocess.run([binary, "tool", "call", "run_goal_async", "--args", json.dumps(args)],
-                       env=env, cwd=root, check=True, stdout=subprocess.DEVNULL)
+        out = subprocess.run([binary, "tool", "call", "run_goal_async", "--args", json.dumps(args)],
+                             env=env, cwd=root, capture_output=True, text=True)
         t1 = time.perf_counter()
+        assert out.returncode == 0, out
         cell = os.path.join(root, f"cell{i}")
         out = subprocess.run([binary, "task", "pull", "--origin", origin, "--task-dir", f"{cell}/task",
                               "--work-dir", f"{cell}/work", "--json"], env=env, cwd=root,
@@ -113,7 +114,11 @@ def main():
     args = ap.parse_args()
     binary = os.path.abspath(args.bin)
     root = tempfile.mkdtemp(prefix="mb-resolver-bench-")
-    env = {"PATH": os.environ["PATH"], "HOME": root, "RUST_LOG": "warn", "VESSEL_ID": "bench",
+    # HOME apart from the repositories: the outgoing guard refuses a path under HOME in an acted-on
+    # field such as variables.repo.
+    home = os.path.join(root, "home")
+    os.makedirs(home)
+    env = {"PATH": os.environ["PATH"], "HOME": home, "RUST_LOG": "warn", "VESSEL_ID": "bench",
            "GIT_CONFIG_GLOBAL": "/dev/null"}
     ws = os.path.join(root, "ws")
     os.makedirs(ws)
@@ -122,7 +127,7 @@ def main():
                               stderr=subprocess.DEVNULL, text=True)
     try:
         ledger.stdout.readline()
-        key = json.load(open(os.path.join(root, ".substrate", "config.json")))["metabob"]["apiKey"]
+        key = json.load(open(os.path.join(home, ".substrate", "config.json")))["metabob"]["apiKey"]
         rows = resolver_rows(binary, env, ws, key, args.n) + goal_rows(binary, env, root, args.goals)
     finally:
         ledger.kill()
