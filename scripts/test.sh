@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v openssl >/dev/null || missing+=(openssl)
 command -v tinyproxy >/dev/null || missing+=(tinyproxy)
+# The board test (tests/board.rs) loads /board in a real headless Chromium.
+command -v chromium >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo

@@ -1,51 +1,49 @@
 //! The container cell in real containers: the base image built offline (images/base/build.sh),
 //! the shipped Dockerfiles built on it, and a ledger, a git daemon and cells on a user-defined
-//! Docker network. Docker is driven through its CLI: the testcontainers crate would add a large
-//! dependency tree for what a few `docker` commands do. No Docker is a failure, never a skip.
+//! Docker network. Docker is driven through the testcontainers crate (the issue names it); the
+//! one operation it lacks, kill, goes to the Docker engine API through the bollard client it
+//! re-exports. No Docker is a failure, never a skip.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use testcontainers::core::wait::ExitWaitStrategy;
+use testcontainers::core::{
+    AccessMode, BuildImageOptions, CmdWaitFor, ExecCommand, Host, Mount, WaitFor,
+};
+use testcontainers::runners::{SyncBuilder, SyncRunner};
+use testcontainers::{Container, ContainerRequest, GenericBuildableImage, GenericImage, ImageExt};
+
 use crate::support::{BIN, Output};
 
 const BASE: &str = "metabob-base:bookworm";
-const CELL: &str = "metabob-cell:test";
-const LEDGER: &str = "metabob-ledger:test";
+const CELL: (&str, &str) = ("metabob-cell", "test");
+const LEDGER: (&str, &str) = ("metabob-ledger", "test");
+
+/// A started container; removed on drop.
+type Running = Container<GenericImage>;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn docker(args: &[&str]) -> Output {
-    let out = Command::new("docker")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("the container tests need the docker CLI and a running engine: {e}")
-        });
-    Output::from(out)
-}
-
-fn docker_ok(args: &[&str]) -> String {
-    let out = docker(args);
-    assert_eq!(out.code, 0, "docker {args:?}: {out:?}");
-    out.stdout.trim().to_string()
+fn image((name, tag): (&str, &str)) -> GenericImage {
+    GenericImage::new(name, tag)
 }
 
 /// Builds the base image (once per machine: build.sh keeps an existing one) and the cell and
-/// ledger images from a context holding this build's binary and the entrypoint; once per run.
+/// ledger images from the shipped Dockerfiles, with this build's binary and the entrypoint as
+/// their context; once per run. The base is local, so FROM never pulls, and `start` only pulls
+/// an image the engine lacks, which none of these is once built.
 fn images() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let info = docker(&["info", "--format", "{{.ServerVersion}}"]);
-        assert_eq!(
-            info.code, 0,
-            "the container tests need a running Docker engine: {info:?}"
-        );
+        // The base is a debootstrap + `docker import` (DESIGN.md §Containers): a shipped script,
+        // not a Dockerfile, so it is built by the script, which keeps an existing image.
         let base = Command::new("sh")
             .arg(repo().join("images/base/build.sh"))
             .env("IMAGE", BASE)
@@ -56,41 +54,48 @@ fn images() {
         assert_eq!(base.code, 0, "images/base/build.sh: {base:?}");
         assert_eq!(base.stdout.trim(), BASE);
 
-        let ctx = tempfile::Builder::new()
-            .prefix("mbcell-ctx-")
-            .tempdir()
-            .expect("context dir");
-        std::fs::copy(BIN, ctx.path().join("metabob-mcp")).expect("copy the binary");
-        std::fs::copy(
-            repo().join("entrypoint/cell-entrypoint"),
-            ctx.path().join("cell-entrypoint"),
-        )
-        .expect("copy the entrypoint");
-        let ctx_s = ctx.path().display().to_string();
-        for (tag, file) in [
+        for ((name, tag), file) in [
             (CELL, "images/cell/Dockerfile"),
             (LEDGER, "images/ledger/Dockerfile"),
         ] {
-            let df = repo().join(file).display().to_string();
-            docker_ok(&[
-                "build",
-                "-q",
-                "--build-arg",
-                &format!("BASE_IMAGE={BASE}"),
-                "-t",
-                tag,
-                "-f",
-                &df,
-                &ctx_s,
-            ]);
+            // The built image's handle is not needed: containers name it by name and tag.
+            let _built = GenericBuildableImage::new(name, tag)
+                .with_dockerfile(repo().join(file))
+                .with_file(BIN, "metabob-mcp")
+                .with_file(repo().join("entrypoint/cell-entrypoint"), "cell-entrypoint")
+                .build_image_with(BuildImageOptions::new().with_build_arg("BASE_IMAGE", BASE))
+                .unwrap_or_else(|e| {
+                    panic!("building {name}:{tag} from {file} needs a running Docker engine: {e}")
+                });
         }
     });
 }
 
-/// A user-defined network and the containers started on it; all removed on drop.
+/// Kills a container with SIGKILL. testcontainers has stop (SIGTERM, then SIGKILL after the
+/// timeout) but no kill, so this goes to the engine API through its re-exported bollard.
+fn kill(c: &Running) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for bollard");
+    rt.block_on(async {
+        let docker =
+            testcontainers::bollard::Docker::connect_with_defaults().expect("the Docker engine");
+        docker
+            .kill_container(c.id(), None)
+            .await
+            .expect("kill the container");
+    });
+}
+
+/// A user-defined network and the names the fleet's containers find each other by.
+/// testcontainers creates the network with the first container on it and removes it with the
+/// last; each container is removed on drop.
 struct Fleet {
     net: String,
-    containers: Vec<String>,
+    /// The crate sets no network aliases, so the servers' names reach the other containers as
+    /// /etc/hosts entries (`with_host`) holding their address on the network.
+    hosts: Vec<(String, IpAddr)>,
 }
 
 impl Fleet {
@@ -101,47 +106,83 @@ impl Fleet {
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         );
-        docker_ok(&["network", "create", &net]);
         Fleet {
             net,
-            containers: Vec::new(),
+            hosts: Vec::new(),
         }
     }
 
-    /// `docker run -d` on the network with `alias` as its name there; returns the container.
-    fn start(&mut self, alias: &str, args: &[&str]) -> String {
-        let name = format!("{}-{alias}", self.net);
-        let mut all = vec![
-            "run",
-            "-d",
-            "--name",
-            &name,
-            "--network",
-            &self.net,
-            "--network-alias",
-            alias,
-        ];
-        all.extend_from_slice(args);
-        docker_ok(&all);
-        self.containers.push(name.clone());
-        name
+    /// `image` on the network, knowing the servers started so far by name.
+    fn on(&self, image: GenericImage) -> ContainerRequest<GenericImage> {
+        let mut req = image.with_network(&self.net);
+        for (name, ip) in &self.hosts {
+            req = req.with_host(name, Host::Addr(*ip));
+        }
+        req
     }
 
-    /// A one-off `docker run --rm` on the network.
-    fn run(&self, args: &[&str]) -> Output {
-        let mut all = vec!["run", "--rm", "--network", &self.net];
-        all.extend_from_slice(args);
-        docker(&all)
+    /// Starts `req` named `<net>-<alias>`; the container is removed on drop.
+    fn start(&self, alias: &str, req: ContainerRequest<GenericImage>) -> Running {
+        req.with_container_name(format!("{}-{alias}", self.net))
+            .start()
+            .unwrap_or_else(|e| panic!("start {alias} on {}: {e}", self.net))
+    }
+
+    /// A server the later containers reach as `alias`.
+    fn serve(&mut self, alias: &str, req: ContainerRequest<GenericImage>) -> Running {
+        let c = self.start(alias, req);
+        let ip = c.get_bridge_ip_address().expect("the server's address");
+        self.hosts.push((alias.to_string(), ip));
+        c
+    }
+
+    /// A one-off run on the network to its exit (`docker run --rm`): its code and output.
+    fn run(&self, req: ContainerRequest<GenericImage>) -> Output {
+        one_off(req)
     }
 }
 
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for c in &self.containers {
-            let _ = docker(&["rm", "-f", "-v", c]);
-        }
-        let _ = docker(&["network", "rm", &self.net]);
+/// Runs `req` to its exit and removes it: the exit code and both streams.
+fn one_off(req: ContainerRequest<GenericImage>) -> Output {
+    let c = req
+        .with_ready_conditions(vec![WaitFor::exit(ExitWaitStrategy::new())])
+        .with_startup_timeout(Duration::from_secs(120))
+        .start()
+        .unwrap_or_else(|e| panic!("a one-off container: {e}"));
+    Output {
+        code: exit_code(&c),
+        stdout: String::from_utf8_lossy(&c.stdout_to_vec().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&c.stderr_to_vec().unwrap()).into_owned(),
     }
+}
+
+fn exit_code(c: &Running) -> i32 {
+    let code = c.exit_code().unwrap().expect("an exited container");
+    i32::try_from(code).unwrap_or(-1)
+}
+
+/// `cmd` run in `c` to its end (`docker exec`): its code and output.
+fn exec(c: &Running, cmd: &[&str]) -> Output {
+    let mut r = c
+        .exec(ExecCommand::new(cmd.iter().copied()).with_cmd_ready_condition(CmdWaitFor::exit()))
+        .unwrap_or_else(|e| panic!("exec {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&r.stdout_to_vec().unwrap()).into_owned();
+    let stderr = String::from_utf8_lossy(&r.stderr_to_vec().unwrap()).into_owned();
+    let code = r
+        .exit_code()
+        .unwrap()
+        .map_or(-1, |c| i32::try_from(c).unwrap_or(-1));
+    Output {
+        code,
+        stdout,
+        stderr,
+    }
+}
+
+fn exec_ok(c: &Running, cmd: &[&str]) -> String {
+    let out = exec(c, cmd);
+    assert_eq!(out.code, 0, "exec {cmd:?}: {out:?}");
+    out.stdout.trim().to_string()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
@@ -158,24 +199,19 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 #[test]
 fn the_cell_image_with_no_ledger_configured_exits_2_naming_the_cause() {
     images();
-    let out = docker(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-e",
-        "ORIGIN=git://git/app.git",
-        "-e",
-        "HARNESS=true",
-        CELL,
-    ]);
+    let out = one_off(
+        image(CELL)
+            .with_network("none")
+            .with_env_var("ORIGIN", "git://git/app.git")
+            .with_env_var("HARNESS", "true"),
+    );
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("not_configured"), "{out:?}");
 }
 
 /// The git server: a bare `app.git` whose main holds `files`, served by `git daemon` with
 /// pushes enabled, in a container built from the same base image.
-fn git_server(fleet: &mut Fleet, files: &[&str]) -> String {
+fn git_server(fleet: &mut Fleet, files: &[&str]) -> Running {
     let mut script = String::from(
         "set -eu; mkdir -p /seed /srv; cd /seed; git init -q -b main; \
          git config user.name seed; git config user.email seed@example.invalid; ",
@@ -187,93 +223,87 @@ fn git_server(fleet: &mut Fleet, files: &[&str]) -> String {
         "git add -A; git commit -q -m initial; git clone -q --bare /seed /srv/app.git; \
          exec git daemon --reuseaddr --export-all --enable=receive-pack --base-path=/srv /srv",
     );
-    let name = fleet.start("git", &[BASE, "sh", "-c", &script]);
+    let (name, tag) = BASE.split_once(':').expect("name:tag");
+    let req = fleet.on(GenericImage::new(name, tag).with_entrypoint("sh"));
+    let git = fleet.serve("git", req.with_cmd(["-c", script.as_str()]));
     wait_for(
         "git daemon serving app.git",
         Duration::from_secs(30),
-        || docker(&["exec", &name, "git", "ls-remote", "git://127.0.0.1/app.git"]).code == 0,
+        || exec(&git, &["git", "ls-remote", "git://127.0.0.1/app.git"]).code == 0,
     );
-    name
+    git
 }
 
-/// The ledger container, healthy, and a read-write key for the cells.
-fn ledger(fleet: &mut Fleet) -> (String, String) {
-    let name = fleet.start("ledger", &["-e", "PUBLIC_URL=http://ledger:18100", LEDGER]);
-    wait_for(
-        "the ledger's healthcheck passing",
-        Duration::from_secs(60),
-        || {
-            docker(&["inspect", "-f", "{{.State.Health.Status}}", &name])
-                .stdout
-                .trim()
-                == "healthy"
-        },
+/// The ledger container, healthy (the image's HEALTHCHECK), and a read-write key for the cells.
+fn ledger(fleet: &mut Fleet) -> (Running, String) {
+    let req = fleet
+        .on(image(LEDGER))
+        .with_env_var("PUBLIC_URL", "http://ledger:18100")
+        .with_ready_conditions(vec![WaitFor::healthcheck()]);
+    let ledger = fleet.serve("ledger", req);
+    let out = exec_ok(
+        &ledger,
+        &[
+            "metabob-mcp",
+            "ledger",
+            "key",
+            "create",
+            "--data",
+            "/data",
+            "--org",
+            "default",
+            "--scopes",
+            "read,write",
+            "--json",
+        ],
     );
-    let out = docker_ok(&[
-        "exec",
-        &name,
-        "metabob-mcp",
-        "ledger",
-        "key",
-        "create",
-        "--data",
-        "/data",
-        "--org",
-        "default",
-        "--scopes",
-        "read,write",
-        "--json",
-    ]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("key create --json");
-    (name, v["key"].as_str().expect("a key").to_string())
+    (ledger, v["key"].as_str().expect("a key").to_string())
 }
 
-fn attach_env(key: &str) -> Vec<String> {
-    vec![
-        "-e".into(),
-        format!("METABOB_API_KEY={key}"),
-        "-e".into(),
-        "DISCOVERY_ENDPOINT=http://ledger:18100".into(),
-    ]
+fn attach_env(req: ContainerRequest<GenericImage>, key: &str) -> ContainerRequest<GenericImage> {
+    req.with_env_var("METABOB_API_KEY", key)
+        .with_env_var("DISCOVERY_ENDPOINT", "http://ledger:18100")
 }
 
-/// `metabob-mcp ARGS` in a throwaway cell-image container on the network.
-fn mb(fleet: &Fleet, key: &str, args: &[&str]) -> Output {
-    let env = attach_env(key);
-    let mut all: Vec<&str> = env.iter().map(String::as_str).collect();
-    all.extend_from_slice(&["--entrypoint", "metabob-mcp", CELL]);
-    all.extend_from_slice(args);
-    fleet.run(&all)
-}
-
-fn logs(name: &str) -> String {
-    let out = docker(&["logs", name]);
-    format!("{}{}", out.stdout, out.stderr)
+fn logs(c: &Running) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&c.stdout_to_vec().unwrap()),
+        String::from_utf8_lossy(&c.stderr_to_vec().unwrap())
+    )
 }
 
 /// A ledger and a git server on a fresh network, and one task recorded per `(file, details)`;
 /// the task ids in that order.
 struct World {
     fleet: Fleet,
-    git: String,
+    git: Running,
+    _ledger: Running,
     key: String,
     ids: Vec<String>,
 }
 
 const ORIGIN: &str = "git://git/app.git";
 
-fn world(tasks: &[(&str, &str)]) -> World {
+/// A ledger and a git server whose main holds `files`, on a fresh network; no tasks yet.
+fn servers(files: &[&str]) -> World {
     images();
     let mut fleet = Fleet::new();
-    let files: Vec<&str> = tasks.iter().map(|(f, _)| *f).collect();
-    let git = git_server(&mut fleet, &files);
-    let (_ledger, key) = ledger(&mut fleet);
-    let mut w = World {
+    let git = git_server(&mut fleet, files);
+    let (ledger, key) = ledger(&mut fleet);
+    World {
         fleet,
         git,
+        _ledger: ledger,
         key,
         ids: Vec::new(),
-    };
+    }
+}
+
+fn world(tasks: &[(&str, &str)]) -> World {
+    let files: Vec<&str> = tasks.iter().map(|(f, _)| *f).collect();
+    let mut w = servers(&files);
     for (f, details) in tasks {
         let out = w.mb(&[
             "finding",
@@ -301,36 +331,47 @@ fn world(tasks: &[(&str, &str)]) -> World {
 }
 
 impl World {
+    /// A one-off cell-image container attached to the ledger, running `entrypoint ARGS`.
+    fn attached(&self, entrypoint: &str, args: &[&str]) -> Output {
+        let req = self.fleet.on(image(CELL).with_entrypoint(entrypoint));
+        self.fleet
+            .run(attach_env(req, &self.key).with_cmd(args.iter().copied()))
+    }
+
+    /// `metabob-mcp ARGS` in a throwaway cell-image container on the network.
     fn mb(&self, args: &[&str]) -> Output {
-        mb(&self.fleet, &self.key, args)
+        self.attached("metabob-mcp", args)
     }
 
     /// Starts a cell running the sample harness (or `harness`), with `extra` environment.
-    fn cell(&mut self, alias: &str, harness: &str, extra: &[&str]) -> String {
-        let mount = format!(
-            "{}:/harness.sh:ro",
-            repo().join("examples/fleet/harness.sh").display()
-        );
-        let mut env = vec![
-            format!("ORIGIN={ORIGIN}"),
-            format!("HARNESS={harness}"),
-            "RETRY_MAX=2".into(),
-        ];
-        env.extend(extra.iter().map(|e| e.to_string()));
-        let mut args: Vec<String> = attach_env(&self.key);
-        for e in env {
-            args.push("-e".into());
-            args.push(e);
+    fn cell(&mut self, alias: &str, harness: &str, extra: &[(&str, &str)]) -> Running {
+        let harness_sh = repo()
+            .join("examples/fleet/harness.sh")
+            .display()
+            .to_string();
+        let mut req = attach_env(self.fleet.on(image(CELL)), &self.key)
+            .with_env_var("ORIGIN", ORIGIN)
+            .with_env_var("HARNESS", harness)
+            .with_env_var("RETRY_MAX", "2")
+            .with_mount(
+                Mount::bind_mount(harness_sh, "/harness.sh").with_access_mode(AccessMode::ReadOnly),
+            );
+        for (k, v) in extra {
+            req = req.with_env_var(*k, *v);
         }
-        args.extend(["-v".into(), mount, CELL.into()]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.fleet.start(alias, &args)
+        self.fleet.start(alias, req)
     }
 
-    /// Waits for the container to exit and asserts its code, showing its log when it differs.
-    fn exits(&self, cell: &str, code: &str) {
-        let got = docker_ok(&["wait", cell]);
-        assert_eq!(got, code, "{cell} exited {got}:\n{}", logs(cell));
+    /// Waits for the container to exit (`docker wait`) and asserts its code, showing its log
+    /// when it differs.
+    fn exits(&self, cell: &Running, code: i32) {
+        wait_for(
+            &format!("{} exiting", cell.id()),
+            Duration::from_secs(600),
+            || !cell.is_running().unwrap(),
+        );
+        let got = exit_code(cell);
+        assert_eq!(got, code, "{} exited {got}:\n{}", cell.id(), logs(cell));
     }
 
     /// A fresh pull on a scratch container: (exit, stdout).
@@ -349,16 +390,10 @@ impl World {
     }
 
     fn main_log(&self) -> String {
-        docker_ok(&[
-            "exec",
+        exec_ok(
             &self.git,
-            "git",
-            "-C",
-            "/srv/app.git",
-            "log",
-            "--format=%B",
-            "main",
-        ])
+            &["git", "-C", "/srv/app.git", "log", "--format=%B", "main"],
+        )
     }
 
     fn fixes_on_main(&self, id: &str) -> usize {
@@ -373,9 +408,9 @@ fn closed_in(logs: &str, id: &str) -> usize {
         .count()
 }
 
-fn wait_log(cell: &str, needle: &str) {
+fn wait_log(cell: &Running, needle: &str) {
     wait_for(
-        &format!("{cell} logging {needle:?}"),
+        &format!("{} logging {needle:?}", cell.id()),
         Duration::from_secs(60),
         || logs(cell).contains(needle),
     );
@@ -391,30 +426,25 @@ fn a_fleet_of_four_cells_closes_eight_tasks_once_each_and_exits_0() {
     let mut w = world(&tasks);
 
     let fleet_start = Instant::now();
-    let cells: Vec<String> = (1..=4)
+    let cells: Vec<Running> = (1..=4)
         .map(|n| w.cell(&format!("cell{n}"), "sh /harness.sh", &[]))
         .collect();
     for c in &cells {
-        w.exits(c, "0");
+        w.exits(c, 0);
     }
     let fleet_wall = fleet_start.elapsed();
 
-    let all_logs: String = cells.iter().map(|c| logs(c)).collect();
+    let all_logs: String = cells.iter().map(logs).collect();
     for id in &w.ids {
         assert_eq!(closed_in(&all_logs, id), 1, "{id}:\n{all_logs}");
         assert_eq!(w.fixes_on_main(id), 1, "{id} on main:\n{}", w.main_log());
     }
     assert_eq!(w.pull().code, 3, "nothing is left open");
     for f in &files {
-        let text = docker_ok(&[
-            "exec",
+        let text = exec_ok(
             &w.git,
-            "git",
-            "-C",
-            "/srv/app.git",
-            "show",
-            &format!("main:{f}"),
-        ]);
+            &["git", "-C", "/srv/app.git", "show", &format!("main:{f}")],
+        );
         assert_eq!(text.matches("# fixed for ").count(), 1, "{f}:\n{text}");
     }
     eprintln!(
@@ -433,8 +463,9 @@ fn docker_stop_releases_the_claim_and_the_task_is_free_at_once() {
         "container cell: docker run to task pulled {:?}",
         started.elapsed()
     );
-    docker_ok(&["stop", "-t", "20", &cell]);
-    w.exits(&cell, "143");
+    // `docker stop -t 20`: SIGTERM, SIGKILL only after 20 s.
+    cell.stop_with_timeout(Some(20)).expect("stop the cell");
+    w.exits(&cell, 143);
     assert!(
         logs(&cell).contains("interrupted; releasing the claim"),
         "{}",
@@ -451,10 +482,10 @@ fn a_killed_cell_restarted_resumes_its_task_and_a_lapsed_claim_goes_to_another_c
     // First run: the harness hangs; after a restart (same container, same hostname, so the
     // same claimer) it fixes.
     let slow_once = "if [ ! -e /tmp/once ]; then touch /tmp/once; sleep 600; fi; sh /harness.sh";
-    let a = w.cell("cella", slow_once, &["CLAIM_MINUTES=1"]);
+    let a = w.cell("cella", slow_once, &[("CLAIM_MINUTES", "1")]);
     wait_log(&a, "pulled ");
     let first = logs(&a);
-    docker_ok(&["kill", &a]);
+    kill(&a);
     let held = w
         .ids
         .iter()
@@ -465,13 +496,13 @@ fn a_killed_cell_restarted_resumes_its_task_and_a_lapsed_claim_goes_to_another_c
 
     // A killed cell released nothing: a second, hanging cell takes the other task, and the
     // held one stays held until its claim lapses.
-    let b = w.cell("cellb", slow_once, &["CLAIM_MINUTES=1"]);
+    let b = w.cell("cellb", slow_once, &[("CLAIM_MINUTES", "1")]);
     wait_log(&b, &format!("pulled {other}"));
-    docker_ok(&["kill", &b]);
+    kill(&b);
 
     // Restarted, cell a resumes the task it still holds and then closes what is left.
-    docker_ok(&["start", &a]);
-    w.exits(&a, "0");
+    a.start().expect("restart cell a");
+    w.exits(&a, 0);
     let a_logs = logs(&a);
     assert!(a_logs.contains(&format!("pulled {held}")), "{a_logs}");
     // Cell b's task came to cell a only after b's one-minute claim lapsed.
@@ -488,7 +519,7 @@ fn under_review_a_fix_on_its_task_branch_stays_pending_until_merged() {
     let mut w = world(&[("a.py", "ref: main\npush_to: task\nintegrate: review")]);
     let id = w.ids[0].clone();
     let cell = w.cell("cell1", "sh /harness.sh", &[]);
-    w.exits(&cell, "0");
+    w.exits(&cell, 0);
     assert!(
         logs(&cell).contains(&format!("{id}: finding close exit 0, outcome pending")),
         "{}",
@@ -497,24 +528,22 @@ fn under_review_a_fix_on_its_task_branch_stays_pending_until_merged() {
     assert_eq!(w.fixes_on_main(&id), 0);
     assert_eq!(w.pull().code, 3, "a pending task is not pulled again");
 
-    docker_ok(&[
-        "exec",
+    exec_ok(
         &w.git,
-        "sh",
-        "-c",
-        &format!(
-            "set -e; git clone -q /srv/app.git /m; cd /m; git -c user.name=r -c user.email=r@x \
-             merge -q --no-ff origin/task/{id} -m 'merge task/{id}'; git push -q origin main"
-        ),
-    ]);
-    let env = attach_env(&w.key);
-    let mut args: Vec<&str> = env.iter().map(String::as_str).collect();
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "set -e; git clone -q /srv/app.git /m; cd /m; git -c user.name=r -c user.email=r@x \
+                 merge -q --no-ff origin/task/{id} -m 'merge task/{id}'; git push -q origin main"
+            ),
+        ],
+    );
     let script = format!(
         "set -e; git clone -q {ORIGIN} /tmp/w; metabob-mcp finding close --work-dir /tmp/w \
          --commits origin/main~1..origin/task/{id} --target main --json"
     );
-    args.extend_from_slice(&["--entrypoint", "sh", CELL, "-c", &script]);
-    let out = w.fleet.run(&args);
+    let out = w.attached("sh", &["-c", &script]);
     assert_eq!(out.code, 0, "{out:?}");
     let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("close --json");
     let f = v["findings"]
@@ -532,7 +561,7 @@ fn under_review_a_fix_on_its_task_branch_stays_pending_until_merged() {
 fn a_task_with_a_refused_ref_is_withdrawn_and_the_fleet_goes_on() {
     let mut w = world(&[("a.py", "ref: ..bad"), ("b.py", "ref: main")]);
     let cell = w.cell("cell1", "sh /harness.sh", &[]);
-    w.exits(&cell, "0");
+    w.exits(&cell, 0);
     let l = logs(&cell);
     assert_eq!(closed_in(&l, &w.ids[1]), 1, "{l}");
     assert_eq!(closed_in(&l, &w.ids[0]), 0, "{l}");
@@ -548,7 +577,7 @@ fn a_rebase_conflict_aborts_releases_the_claim_and_exits_1() {
                   echo 'x = 2' > a.py; git commit -qam 'someone else'; git push -q origin main; \
                   cd \"$WORK_DIR\"; sh /harness.sh";
     let cell = w.cell("cell1", racing, &[]);
-    w.exits(&cell, "1");
+    w.exits(&cell, 1);
     let l = logs(&cell);
     assert!(
         l.contains(&format!("{id}: rebase onto origin/main conflicts")),
@@ -562,16 +591,7 @@ fn a_rebase_conflict_aborts_releases_the_claim_and_exits_1() {
 
 #[test]
 fn a_goal_dispatched_over_mcp_is_pulled_and_closed_by_a_cell() {
-    images();
-    let mut fleet = Fleet::new();
-    let git = git_server(&mut fleet, &["g.py"]);
-    let (_ledger, key) = ledger(&mut fleet);
-    let mut w = World {
-        fleet,
-        git,
-        key,
-        ids: Vec::new(),
-    };
+    let mut w = servers(&["g.py"]);
     let goal = serde_json::json!({
         "goal": "make g.py say it was fixed",
         "variables": {"repo": ORIGIN, "files": ["g.py"], "ref": "main"},
@@ -593,7 +613,7 @@ fn a_goal_dispatched_over_mcp_is_pulled_and_closed_by_a_cell() {
         .to_string();
 
     let cell = w.cell("cell1", "sh /harness.sh", &[]);
-    w.exits(&cell, "0");
+    w.exits(&cell, 0);
     let log = logs(&cell);
     assert!(
         log.contains("finding close exit 0, outcome closed"),

@@ -5,6 +5,7 @@
 
 mod agent_queue;
 mod attach;
+mod board;
 mod cell;
 mod concepts;
 mod container;
@@ -20,6 +21,7 @@ mod ledger;
 mod loopback;
 mod mcp;
 mod net;
+mod quickstart;
 mod refs;
 mod spec;
 mod support;

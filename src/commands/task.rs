@@ -26,6 +26,19 @@ pub enum TaskCommand {
     Renew(ClaimArgs),
     /// Release the claim recorded in task.json, so another cell takes the task at once.
     Release(ClaimArgs),
+    /// The board: per repository, the open, claimed, pending, closed and withdrawn tasks, as
+    /// the ledger's `taskBoard` derives them. Exit 0, 2 not attached, 1 any other failure.
+    List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only this origin's repository (default: every repository of the key's org).
+    #[arg(long, value_name = "GIT_URL")]
+    pub origin: Option<String>,
+    /// Print the board as the ledger answered it, as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -72,7 +85,115 @@ pub async fn run(args: TaskArgs, env: Env) -> CliResult {
         TaskCommand::Pull(a) => pull(a, env).await,
         TaskCommand::Renew(a) => claim(a, ClaimAction::Renew, env).await,
         TaskCommand::Release(a) => claim(a, ClaimAction::Release, env).await,
+        TaskCommand::List(a) => list(a, env).await,
     }
+}
+
+/// Thin by design: the grouping is the ledger's (`taskBoard`, SPEC.md §The board).
+// anchor: task-list
+async fn list(a: ListArgs, mut env: Env) -> CliResult {
+    let here = env.cwd().to_path_buf();
+    let att = crate::cell::attach_once(&mut env, &here)
+        .await
+        .map_err(|e| super::cell_error("task list", e))?;
+    let mut pointer = serde_json::json!({ "type": "taskBoard" });
+    if let Some(origin) = &a.origin {
+        pointer["origin"] = origin.as_str().into();
+    }
+    let board = att
+        .resolve(pointer)
+        .await
+        .and_then(|r| r.ok("taskBoard"))
+        .map_err(|e| super::cell_error("task list", e.into()))?;
+    if a.json {
+        super::print_json(&board)?;
+    } else {
+        print!("{}", board_text(&board));
+    }
+    Ok(Exit::Ok)
+}
+
+/// The board as text: one block per repository, one line per task with its group's details.
+pub fn board_text(board: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+    let mut out = String::new();
+    let repos = board.get("repositories").and_then(Value::as_array);
+    for repo in repos.into_iter().flatten() {
+        out.push_str(&format!("{}\n", s(repo, "repository")));
+        for group in crate::ledger_server::board::GROUPS {
+            for t in repo
+                .get(group)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let detail = match group {
+                    "claimed" => format!(
+                        "by {} until {}{}",
+                        s(t, "holder"),
+                        s(t, "until"),
+                        if t.get("lapsed") == Some(&Value::Bool(true)) {
+                            " (lapsed)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    "pending" => format!(
+                        "{} commit {} by {}",
+                        s(t, "awaiting"),
+                        s(t, "fix_commit"),
+                        s(t, "by")
+                    ),
+                    "closed" => format!(
+                        "{} commit {} by {}",
+                        s(t, "verdict"),
+                        s(t, "fix_commit"),
+                        s(t, "closed_by")
+                    ),
+                    "withdrawn" => format!("reason: {}", s(t, "reason")),
+                    _ => s(t, "severity"),
+                };
+                out.push_str(&format!(
+                    "  {group:<9} {} {} ({detail})\n",
+                    s(t, "task_id"),
+                    s(t, "summary")
+                ));
+            }
+        }
+    }
+    if repos.is_none_or(|r| r.is_empty()) {
+        out.push_str("no tasks\n");
+    }
+    for c in board
+        .get("cells")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "cell {} last heartbeat {}\n",
+            s(c, "vessel_id"),
+            s(c, "last_heartbeat")
+        ));
+    }
+    for g in board
+        .get("goals")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "goal {} {}: {}\n",
+            s(g, "dispatch_id"),
+            s(g, "state"),
+            s(g, "goal")
+        ));
+    }
+    if board.get("truncated") == Some(&Value::Bool(true)) {
+        out.push_str("(only the newest tasks are shown)\n");
+    }
+    out
 }
 
 async fn pull(a: PullArgs, env: Env) -> CliResult {

@@ -11,9 +11,9 @@
 
 mod dispatch;
 mod labels;
-mod reads;
-mod store;
-mod walk;
+pub(super) mod reads;
+pub(super) mod store;
+pub(super) mod walk;
 
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};

@@ -9,6 +9,7 @@
 //! database work has a time budget that stops it (`db::Budget`), and a connection that sits
 //! idle or sends half a request is closed (`http`). The limits are in [`Limits`].
 
+pub mod board;
 pub mod concepts;
 pub mod db;
 pub mod errors;

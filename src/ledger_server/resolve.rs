@@ -35,6 +35,7 @@ pub const LEDGER_SHAPES: &[&str] = &[
     "executionTraceList",
     "activityExecutionTrace",
     "goal_verification_label_write",
+    "taskBoard",
 ];
 
 pub const LEDGER_VESSEL_ID: &str = "metabob-ledger";
@@ -226,6 +227,14 @@ pub async fn dispatch(
                 StatusCode::CREATED,
                 ledger.db.write(budget, move |w| req.run(w, &org)).await?,
             ))
+        }
+        "taskBoard" => {
+            let req = super::board::BoardRequest::parse(&p)?;
+            let now = crate::util::now_ms();
+            ok(ledger
+                .db
+                .read(&key.org_id, budget, move |c| req.run(c, &org, now))
+                .await?)
         }
         goal if goals::GOAL_SHAPES.contains(&goal) && ledger.serves(goal) => {
             goals::resolve(ledger, budget, &key, goal, &pointer, claim).await

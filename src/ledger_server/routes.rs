@@ -33,6 +33,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/auth/resolve", post(auth_resolve))
         .route("/resolve", post(resolve))
         .route("/concepts/{id}/usage", get(concept_usage))
+        .route("/board", get(board_page))
         // After the routes: it applies to the paths defined so far.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -126,6 +127,20 @@ async fn health(State(s): State<Shared>) -> Json<Value> {
         "readers": readers,
         "readers_busy": busy,
     }))
+}
+
+/// The board's page (SPEC.md §The board): static, served without a key; every datum it shows
+/// comes from `taskBoard` through `/resolve` with the key the viewer types.
+// anchor: board-page
+async fn board_page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        super::board::PAGE,
+    )
+        .into_response()
 }
 
 // anchor: bootstrap

@@ -32,10 +32,14 @@ fn walk_of(
 ) -> Result<(Finding, Walk), ApiError> {
     let task = store::load_task(conn, org, d)?;
     let rows = store::task_rows(conn, org, &task)?;
-    // The pull's own decision: a ref it refuses can never be set up, so its withdrawal is final.
-    let for_good = find_line(&task.details, "ref").is_some_and(|r| validate_ref(r).is_err());
-    let walk = walk::derive(rows, for_good, now_ms);
+    let walk = walk::derive(rows, withdrawn_for_good(&task), now_ms);
     Ok((task, walk))
+}
+
+/// The pull's own decision: a ref it refuses can never be set up, so a withdrawal of the task
+/// is final rather than a return to the board.
+pub fn withdrawn_for_good(task: &Finding) -> bool {
+    find_line(&task.details, "ref").is_some_and(|r| validate_ref(r).is_err())
 }
 
 /// `key:` and the first 8 hex of the key id's SHA-256: names a key without revealing its id.

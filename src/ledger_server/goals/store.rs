@@ -210,18 +210,21 @@ pub fn task_rows(conn: &Connection, org: &str, task: &Finding) -> Result<Vec<Tas
         concepts.push(load_concept(conn, org, &id)?);
     }
     let read = |c: &Value| -> Result<Option<TaskRow>, crate::ledger::row::BadRow> {
-        let Some(verdict) = Verdict::read(c)? else {
-            return Ok(None);
-        };
-        if !verdict.concerns(task) {
-            return Ok(None);
-        }
-        // Verdict::read bounded every header value already; the reason is one of them.
-        let content = c.get("content").and_then(Value::as_str).unwrap_or_default();
-        let reason = Header::parse(content).get("reason").map(str::to_owned);
-        Ok(Some(TaskRow { verdict, reason }))
+        Ok(read_task_row(c)?.filter(|r| r.verdict.concerns(task)))
     };
     Ok(read_rows(&concepts, "goal task verdict", read))
+}
+
+/// One verdict or claim row as a task's walk reads it, with a withdrawal's `reason:` line;
+/// `None` when it is no verdict. Which task it concerns is the caller's question.
+pub fn read_task_row(c: &Value) -> Result<Option<TaskRow>, crate::ledger::row::BadRow> {
+    let Some(verdict) = Verdict::read(c)? else {
+        return Ok(None);
+    };
+    // Verdict::read bounded every header value already; the reason is one of them.
+    let content = c.get("content").and_then(Value::as_str).unwrap_or_default();
+    let reason = Header::parse(content).get("reason").map(str::to_owned);
+    Ok(Some(TaskRow { verdict, reason }))
 }
 
 /// One label as stored.

@@ -55,6 +55,8 @@ pub const ESCAPE_HATCH_READS: &[&str] = &[
     "goal_verification_label",
     // goal-host: a dispatch record
     "goalWalkState",
+    // the embedded ledger's board of tasks (SPEC.md §The board)
+    "taskBoard",
     // spend, leases and policies, read only
     "llmSpendSummary",
     "maintenanceLease",

@@ -1,0 +1,6 @@
+"""Greetings."""
+
+
+def greet(name):
+    """A friendly greeting for name."""
+    return "Helo, " + name + "!"

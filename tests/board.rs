@@ -1,0 +1,220 @@
+//! The board of a real `ledger serve`: `task list` and `/board` show the same fleet state as
+//! real cells pull, fix and withdraw tasks; the page in a real headless Chromium shows a task
+//! move from open to claimed to closed, and shows nothing with a wrong key.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Ledger, TestEnv, snapshot};
+
+/// One request with `Connection: close`: the status and the body.
+fn http(l: &Ledger, method: &str, path: &str, key: &str, body: &str) -> (u16, String) {
+    let host = l.url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Authorization: ApiKey {key}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    (
+        head.split_whitespace().nth(1).unwrap().parse().unwrap(),
+        body.to_string(),
+    )
+}
+
+/// What `/board` reads: `taskBoard` through `/resolve`.
+fn board_data(l: &Ledger, key: &str) -> (u16, Value) {
+    let body = json!({ "pointer": { "type": "taskBoard" } }).to_string();
+    let (status, body) = http(l, "POST", "/resolve", key, &body);
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// The board without its read time, which differs between any two reads.
+fn without_now(mut v: Value) -> Value {
+    v.as_object_mut().unwrap().remove("now");
+    v
+}
+
+fn admin_key(env: &TestEnv) -> String {
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(env.home().join(".substrate/config.json")).unwrap(),
+    )
+    .unwrap();
+    config["metabob"]["apiKey"].as_str().unwrap().to_string()
+}
+
+/// The group of `task` on the board, if it is there.
+fn group_of(board: &Value, task: &str) -> Option<String> {
+    for repo in board["repositories"].as_array()? {
+        for g in ["open", "claimed", "pending", "closed", "withdrawn"] {
+            if repo[g]
+                .as_array()?
+                .iter()
+                .any(|t| t["task_id"].as_str() == Some(task))
+            {
+                return Some(g.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// `/board` as a real headless Chromium renders it with `key`, after its first reads.
+fn chromium_dom(l: &Ledger, key: &str) -> String {
+    let url = format!("{}/board#key={key}", l.url);
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            &url,
+        ])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("chromium could not run ({e}): install Debian's `chromium` package (scripts/test.sh does)")
+        });
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `<li>` of `task` as the page drew it, with its group.
+fn dom_group(dom: &str, task: &str) -> Option<String> {
+    let at = dom.find(&format!("data-task=\"{task}\""))?;
+    let li = &dom[dom[..at].rfind("<li")?..at];
+    let g = li.split("data-group=\"").nth(1)?;
+    Some(g[..g.find('"')?].to_string())
+}
+
+fn record_withdrawn(env: &TestEnv, url: &str) -> String {
+    let out = env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        url,
+        "--file",
+        "a.py",
+        "--summary",
+        "work on a weird branch",
+        "--severity",
+        "CRITICAL",
+        "--category",
+        "task",
+        "--details",
+        "ref: -x;rm -rf",
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    v["finding_ids"][0].as_str().unwrap().to_string()
+}
+
+fn task_id(recorded: &Value) -> String {
+    recorded["finding_ids"][0]
+        .as_str()
+        .expect("finding record names the id")
+        .to_string()
+}
+
+#[test]
+fn task_list_and_the_board_page_show_one_fleet_state() {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let key = admin_key(&env);
+    let (_, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
+    // A task whose ref the pull refuses: claimed, refused and withdrawn for good.
+    let weird = record_withdrawn(&env, &url);
+    let out = env.task_pull(&url, "c0", &[]);
+    assert_eq!(out.code, 3, "{out:?}");
+    let fix = task_id(&env.record_task(&url, "a should return 2", "HIGH"));
+    let later = task_id(&env.record_task(&url, "tidy b", "LOW"));
+
+    let (status, b) = board_data(&ledger, &key);
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(group_of(&b, &weird).as_deref(), Some("withdrawn"), "{b}");
+    assert_eq!(group_of(&b, &fix).as_deref(), Some("open"), "{b}");
+    let dom = chromium_dom(&ledger, &key);
+    assert_eq!(dom_group(&dom, &fix).as_deref(), Some("open"), "{dom}");
+    assert_eq!(
+        dom_group(&dom, &weird).as_deref(),
+        Some("withdrawn"),
+        "{dom}"
+    );
+
+    let out = env.task_pull(&url, "c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, b) = board_data(&ledger, &key);
+    assert_eq!(group_of(&b, &fix).as_deref(), Some("claimed"), "{b}");
+    // Two cells have claimed: c0 (which withdrew) and c1, which holds the task now.
+    let cells = b["cells"].as_array().unwrap();
+    let holding = cells
+        .iter()
+        .filter(|c| c["holding"] == json!([fix]))
+        .count();
+    assert_eq!((cells.len(), holding), (2, 1), "{b}");
+    let dom = chromium_dom(&ledger, &key);
+    assert_eq!(dom_group(&dom, &fix).as_deref(), Some("claimed"), "{dom}");
+
+    let out = env.fix_push_close("c1");
+    assert_eq!(out.code, 0, "{out:?}");
+    let dom = chromium_dom(&ledger, &key);
+    assert_eq!(dom_group(&dom, &fix).as_deref(), Some("closed"), "{dom}");
+    assert_eq!(dom_group(&dom, &later).as_deref(), Some("open"), "{dom}");
+
+    // The two faces agree: `task list --json` is the board the page reads.
+    let (_, page) = board_data(&ledger, &key);
+    let listed = env.run(&["task", "list", "--json"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    assert_eq!(without_now(listed), without_now(page.clone()));
+    assert_eq!(group_of(&page, &fix).as_deref(), Some("closed"), "{page}");
+    assert!(
+        page["repositories"][0]["closed"][0]["fix_commit"].is_string(),
+        "{page}"
+    );
+
+    let text = env.run(&["task", "list", "--origin", &url]);
+    insta::assert_snapshot!("board_task_list_text", snapshot(&text, &env));
+
+    // Another org's key sees its own org: an empty board.
+    let (_, other) = ledger.create_key(&env, "other", "read");
+    let (status, b) = board_data(&ledger, &other);
+    assert_eq!((status, &b["repositories"]), (200, &json!([])), "{b}");
+    let dom = chromium_dom(&ledger, &other);
+    assert!(!dom.contains("data-task="), "{dom}");
+
+    // A wrong key: the ledger refuses it and the page shows the rejection and no task.
+    let (status, _) = board_data(&ledger, "mb_live_00000000000000000000000000000000");
+    assert_eq!(status, 401);
+    let dom = chromium_dom(&ledger, "mb_live_00000000000000000000000000000000");
+    assert!(dom.contains("key rejected"), "{dom}");
+    assert!(!dom.contains("data-task="), "{dom}");
+    // And the page itself needs no key.
+    let (status, html) = http(&ledger, "GET", "/board", "", "");
+    assert_eq!(status, 200);
+    assert!(html.contains("taskBoard"), "{html}");
+}
+
+#[test]
+fn task_list_not_attached_exits_2() {
+    // A fresh home with no ledger: nothing to attach to.
+    let env = TestEnv::new();
+    let out = env.run(&["task", "list"]);
+    assert_eq!(out.code, 2, "{out:?}");
+}

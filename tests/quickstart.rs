@@ -1,0 +1,112 @@
+//! `scripts/quickstart.sh`, the README's first command, run as a newcomer would but bounded and
+//! non-interactive: the whole loop on one machine with no Docker must end with three tasks
+//! closed on the board.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{BIN, Output, TestEnv, layout, wait_until};
+
+/// Long enough for a loaded CI machine; the script itself takes seconds.
+const BOUND: Duration = Duration::from_secs(120);
+
+/// Runs the script in its own process group, so a run past `BOUND` is stopped whole: TERM lets
+/// its trap stop the ledger and the cells, KILL follows.
+fn run_quickstart(env: &TestEnv) -> Output {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/quickstart.sh");
+    let (out, err) = (env.path("quickstart.out"), env.path("quickstart.err"));
+    let mut child = Command::new("bash")
+        .arg(script)
+        .args(["--listen", "127.0.0.1:0"])
+        .env_clear()
+        .envs(env.vars.iter().map(|(k, v)| (k, v)))
+        .env("METABOB_BIN", BIN)
+        .env("QUICKSTART_EXIT", "1")
+        .current_dir(env.cwd())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .process_group(0)
+        .spawn()
+        .expect("bash runs scripts/quickstart.sh");
+    let mut status = None;
+    let ended = wait_until(BOUND, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !ended {
+        let group = format!("-{}", child.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = child.wait();
+    }
+    let read = |p| std::fs::read_to_string(p).unwrap_or_default();
+    let output = Output {
+        code: status.and_then(|s| s.code()).unwrap_or(-1),
+        stdout: read(&out),
+        stderr: read(&err),
+    };
+    assert!(ended, "quickstart ran past {BOUND:?}:\n{}", layout(&output));
+    output
+}
+
+#[test]
+fn the_quickstart_closes_three_tasks_with_two_cells_and_prints_the_board() {
+    let env = TestEnv::new();
+    let out = run_quickstart(&env);
+    let shown = layout(&out);
+    assert_eq!(out.code, 0, "{shown}");
+    assert!(out.stdout.contains("3 of 3 tasks closed"), "{shown}");
+
+    // One line per closed task: its id, the cell that closed it and its fix commit on main.
+    let closed: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("agf_") && l.contains(" closed by "))
+        .collect();
+    assert_eq!(closed.len(), 3, "{shown}");
+    let mut ids: Vec<&str> = closed
+        .iter()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "three distinct tasks: {shown}");
+    for line in &closed {
+        let id = line.split(' ').next().unwrap();
+        assert!(
+            line.contains(" fix ") && line.ends_with(&format!("Fix {id}")),
+            "task line names its fix commit: {line}\n{shown}"
+        );
+        assert!(
+            line.contains("closed by cell-1") || line.contains("closed by cell-2"),
+            "{line}"
+        );
+    }
+    // Both cells ran the loop to its end ("nothing open; done").
+    for cell in ["cell-1", "cell-2"] {
+        assert!(
+            out.stdout
+                .contains(&format!("{cell} | cell-entrypoint: nothing open; done")),
+            "{cell} ran to the end: {shown}"
+        );
+    }
+
+    let board = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("board: "))
+        .unwrap_or_else(|| panic!("no board URL: {shown}"));
+    assert!(
+        board.starts_with("http://127.0.0.1:") && board.ends_with("/board"),
+        "{board}"
+    );
+
+    // The newcomer's HOME is where the ledger's first start wrote the client configuration.
+    assert!(
+        env.home().join(".substrate/config.json").is_file(),
+        "{shown}"
+    );
+}
