@@ -186,11 +186,9 @@ impl CreateConcept {
     }
 
     // anchor: create-concept
-    pub fn run(self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
+    pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick();
-        let tx = w.conn.transaction()?;
-        let concept = self.insert(&tx, org, now)?;
-        tx.commit()?;
+        let concept = self.insert(&w.conn, org, now)?;
         Ok(json!({ "concept": concept }))
     }
 
@@ -493,9 +491,9 @@ impl Link {
     }
 
     // anchor: link-upsert
-    pub fn run(self, w: &mut Writer, org: &str) -> Result<Linked, ApiError> {
+    pub fn run(&self, w: &mut Writer, org: &str) -> Result<Linked, ApiError> {
         let now = w.tick();
-        let tx = w.conn.transaction()?;
+        let tx = &w.conn;
         for id in [&self.from, &self.to] {
             load_concept(&tx, org, id)?;
         }
@@ -545,7 +543,6 @@ impl Link {
             [&edge_id],
             edge_row,
         )?;
-        tx.commit()?;
         Ok(match previous {
             None => Linked {
                 created: true,
@@ -604,10 +601,10 @@ impl RecordUsage {
     }
 
     // anchor: record-usage
-    pub fn run(self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
+    pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick();
-        let tx = w.conn.transaction()?;
-        load_concept(&tx, org, &self.concept_id)?;
+        let tx = &w.conn;
+        load_concept(tx, org, &self.concept_id)?;
         let id = format!("usage_{}", random_hex(12));
         tx.execute(
             &format!("INSERT INTO usage (org_id, {USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
@@ -630,8 +627,7 @@ impl RecordUsage {
             [&id],
             usage_json,
         )?;
-        let concept = load_concept(&tx, org, &self.concept_id)?;
-        tx.commit()?;
+        let concept = load_concept(tx, org, &self.concept_id)?;
         Ok(json!({ "usage": usage, "concept": concept }))
     }
 }

@@ -220,6 +220,10 @@ impl Budget {
         }
     }
 
+    fn passed(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
     pub fn exceeded(&self) -> ApiError {
         ApiError::BudgetExceeded { budget_ms: self.ms }
     }
@@ -270,8 +274,159 @@ impl Readers {
 
 struct Inner {
     path: PathBuf,
-    writer: Arc<tokio::sync::Mutex<Writer>>,
+    /// The writer, used by the group-commit thread and, before requests are taken, by startup.
+    writer: Arc<Mutex<Writer>>,
+    /// Writes waiting for the group-commit thread; closed when the last `Db` is dropped.
+    queue: tokio::sync::mpsc::Sender<Box<dyn Job>>,
     readers: Readers,
+}
+
+/// Writes that may wait for the writer at once; past this a request waits for room (within its
+/// budget), which bounds the memory a flood of writes can take.
+const QUEUED_WRITES: usize = 4096;
+/// The most writes one commit holds: enough to amortise the sync over any realistic burst,
+/// few enough that the first of them is not kept waiting long for the last.
+const MAX_BATCH: usize = 512;
+
+/// One queued write, its answer kept until the commit that holds it is on disk.
+trait Job: Send {
+    fn budget(&self) -> Budget;
+    /// Runs the work, keeping its answer; `true` when it succeeded.
+    fn run(&mut self, w: &mut Writer) -> bool;
+    /// Answers the request: the work's answer, or `failed` when its commit failed.
+    fn answer(self: Box<Self>, failed: Option<ApiError>);
+}
+
+struct Queued<T, F> {
+    budget: Budget,
+    work: F,
+    out: Option<Result<T, ApiError>>,
+    tx: tokio::sync::oneshot::Sender<Result<T, ApiError>>,
+}
+
+impl<T, F> Job for Queued<T, F>
+where
+    T: Send,
+    F: FnMut(&mut Writer) -> Result<T, ApiError> + Send,
+{
+    fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    fn run(&mut self, w: &mut Writer) -> bool {
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.work)(w)))
+            .unwrap_or_else(|_| {
+                tracing::error!("a ledger write panicked; it was undone");
+                Err(ApiError::Internal(
+                    "the write did not finish; the server's log has the cause".into(),
+                ))
+            });
+        let out = self.budget.settle(out);
+        let ok = out.is_ok();
+        self.out = Some(out);
+        ok
+    }
+
+    fn answer(self: Box<Self>, failed: Option<ApiError>) {
+        let out = match (failed, self.out) {
+            (_, Some(Err(e))) | (Some(e), _) => Err(e),
+            (None, Some(ok)) => ok,
+            (None, None) => Err(ApiError::Internal("the write was never run".into())),
+        };
+        // The caller may have gone away; the work stands either way.
+        let _ = self.tx.send(out);
+    }
+}
+
+fn writer_stopped() -> ApiError {
+    ApiError::Internal("the ledger writer has stopped; the server's log has the cause".into())
+}
+
+/// The writer thread: takes every write queued at the moment, runs each in its own savepoint
+/// inside one transaction, commits once and only then answers them, so one sync to disk
+/// carries the whole batch (anchor: group-commit). Runs until every `Db` handle is gone.
+fn group_commit(writer: &Mutex<Writer>, mut jobs: tokio::sync::mpsc::Receiver<Box<dyn Job>>) {
+    while let Some(first) = jobs.blocking_recv() {
+        let mut w = lock(writer);
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&mut w, batch);
+    }
+}
+
+fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
+    let mut waiting: std::collections::VecDeque<Box<dyn Job>> = batch.into();
+    // A panic in an earlier batch may have left its transaction open; it was never answered.
+    if !w.conn.is_autocommit() {
+        let _ = w.conn.execute_batch("ROLLBACK");
+    }
+    if let Err(e) = w.conn.execute_batch("BEGIN IMMEDIATE") {
+        tracing::error!("the ledger could not begin a write: {e}");
+        for job in waiting {
+            job.answer(Some(ApiError::Database));
+        }
+        return;
+    }
+    let mut done: Vec<Box<dyn Job>> = Vec::with_capacity(waiting.len());
+    while let Some(mut job) = waiting.pop_front() {
+        let budget = job.budget();
+        if budget.passed() {
+            job.answer(Some(budget.exceeded()));
+            continue;
+        }
+        if let Err(e) = w.conn.execute_batch("SAVEPOINT job") {
+            tracing::error!("the ledger could not open a savepoint: {e}");
+            job.answer(Some(ApiError::Database));
+            continue;
+        }
+        budget.arm(&w.conn);
+        let ok = job.run(w);
+        disarm(&w.conn);
+        if w.conn.is_autocommit() {
+            // The failure undid the whole transaction (an interrupt does), the work of the
+            // writes before it included: run those again in a fresh one.
+            job.answer(None);
+            if w.conn.execute_batch("BEGIN IMMEDIATE").is_err() {
+                for job in done.into_iter().chain(waiting) {
+                    job.answer(Some(ApiError::Database));
+                }
+                return;
+            }
+            for earlier in done.drain(..).rev() {
+                waiting.push_front(earlier);
+            }
+            continue;
+        }
+        let undo = if ok {
+            "RELEASE job"
+        } else {
+            "ROLLBACK TO job; RELEASE job"
+        };
+        if let Err(e) = w.conn.execute_batch(undo) {
+            tracing::error!("the ledger could not close a savepoint: {e}");
+        }
+        if ok {
+            done.push(job);
+        } else {
+            job.answer(None);
+        }
+    }
+    let failed = match w.conn.execute_batch("COMMIT") {
+        Ok(()) => false,
+        Err(e) => {
+            tracing::error!("the ledger could not commit {} writes: {e}", done.len());
+            let _ = w.conn.execute_batch("ROLLBACK");
+            true
+        }
+    };
+    for job in done {
+        job.answer(failed.then_some(ApiError::Database));
+    }
 }
 
 /// A reader lent to one request; back in the pool (its deadline removed) when dropped, even if
@@ -303,8 +458,9 @@ impl Drop for Lease {
 pub struct Db(Arc<Inner>);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only the list of idle readers sits behind this lock, and a push or pop cannot leave it
-    // half done, so a panic elsewhere while it was held leaves nothing to repair.
+    // The list of idle readers (a push or pop cannot be left half done) and the writer (whose
+    // open transaction the next batch rolls back) sit behind these locks, so a panic while one
+    // was held leaves nothing to repair here.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -322,12 +478,23 @@ impl Db {
             path: path.clone(),
             source,
         })?;
+        let writer = Arc::new(Mutex::new(Writer {
+            conn: writer,
+            last_ms,
+        }));
+        let (queue, jobs) = tokio::sync::mpsc::channel(QUEUED_WRITES);
+        let committer = writer.clone();
+        std::thread::Builder::new()
+            .name("ledger-writer".into())
+            .spawn(move || group_commit(&committer, jobs))
+            .map_err(|source| LedgerError::Io {
+                path: path.clone(),
+                source,
+            })?;
         Ok(Db(Arc::new(Inner {
             path,
-            writer: Arc::new(tokio::sync::Mutex::new(Writer {
-                conn: writer,
-                last_ms,
-            })),
+            writer,
+            queue,
             readers: Readers {
                 idle: Mutex::new(idle),
                 permits: Arc::new(Semaphore::new(size)),
@@ -348,28 +515,35 @@ impl Db {
         (r.size, r.size.saturating_sub(r.permits.available_permits()))
     }
 
-    /// Runs `f` with the writer on the blocking pool, within `budget`: waiting for the writer
+    /// Runs `f` with the writer within `budget`, in the next group commit (anchor: db-write):
+    /// the answer comes once the commit that holds the work is on disk. Waiting in the queue
     /// past the deadline answers `request_budget_exceeded` with nothing done, and work still
-    /// running at the deadline is interrupted and rolled back. Work that committed is answered
-    /// as done even when it finished late, so a 503 always means nothing was written.
+    /// running at the deadline is interrupted and undone. An `Err` from `f` undoes whatever `f`
+    /// wrote and nothing else. `f` may run more than once (a batch-mate's interrupt undoes the
+    /// whole open transaction, and the work before it is run again), so it must be a pure
+    /// function of its input and the database; only the answer of the run that was committed
+    /// is given.
     // anchor: db-write
     pub async fn write<T, F>(&self, budget: Budget, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Writer) -> Result<T, ApiError> + Send + 'static,
+        F: FnMut(&mut Writer) -> Result<T, ApiError> + Send + 'static,
     {
-        let writer = self.0.writer.clone().lock_owned();
-        let mut guard = tokio::time::timeout_at(budget.deadline.into(), writer)
-            .await
-            .map_err(|_| budget.exceeded())?;
-        tokio::task::spawn_blocking(move || {
-            budget.arm(&guard.conn);
-            let out = f(&mut guard);
-            disarm(&guard.conn);
-            budget.settle(out)
-        })
-        .await
-        .map_err(|e| task_failed("write", e))?
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = Box::new(Queued {
+            budget,
+            work: f,
+            out: None,
+            tx,
+        });
+        // A full queue pushes back on the request until there is room, but never past its
+        // budget.
+        match tokio::time::timeout_at(budget.deadline.into(), self.0.queue.send(job)).await {
+            Err(_) => return Err(budget.exceeded()),
+            Ok(Err(_)) => return Err(writer_stopped()),
+            Ok(Ok(())) => {}
+        }
+        rx.await.map_err(|_| writer_stopped())?
     }
 
     /// Runs `f` for `org` with a reader from the pool, on the blocking pool, within `budget`:
@@ -435,7 +609,7 @@ impl Db {
     /// Synchronous writer access, for startup work before the server takes requests. Not for
     /// async code: it blocks the thread until the writer is free.
     pub fn with_writer<T>(&self, f: impl FnOnce(&mut Writer) -> T) -> T {
-        f(&mut self.0.writer.blocking_lock())
+        f(&mut lock(&self.0.writer))
     }
 }
 
@@ -494,9 +668,7 @@ mod tests {
         );
         let write = db
             .write(Budget::start(50), move |w| {
-                let tx = w.conn.transaction()?;
-                tx.execute(&endless_write, [])?;
-                tx.commit()?;
+                w.conn.execute(&endless_write, [])?;
                 Ok(())
             })
             .await;
@@ -558,5 +730,89 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(db.readers(), (2, 0));
+    }
+
+    fn insert_org(id: &'static str) -> impl FnMut(&mut Writer) -> Result<usize, ApiError> {
+        move |w| {
+            Ok(w.conn.execute(
+                "INSERT INTO orgs (id, name, created_at) VALUES (?1, ?1, 0)",
+                [id],
+            )?)
+        }
+    }
+
+    /// Queues one write behind the held writer and waits until it sits in the queue, so the
+    /// batch's order is the order of these calls.
+    async fn queue_write<T: Send + 'static>(
+        db: &Db,
+        budget_ms: u64,
+        work: impl FnMut(&mut Writer) -> Result<T, ApiError> + Send + 'static,
+    ) -> tokio::task::JoinHandle<Result<T, ApiError>> {
+        let queued = QUEUED_WRITES - db.0.queue.capacity();
+        let handle = tokio::spawn({
+            let db = db.clone();
+            async move { db.write(Budget::start(budget_ms), work).await }
+        });
+        while QUEUED_WRITES - db.0.queue.capacity() == queued {
+            tokio::task::yield_now().await;
+        }
+        handle
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_commit_holds_a_batch_and_an_interrupted_write_undoes_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), 1).unwrap();
+        // Hold the writer so that the next writes queue up and are committed as one batch.
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn({
+            let db = db.clone();
+            move || {
+                db.with_writer(|_| {
+                    held_tx.send(()).unwrap();
+                    release_rx.recv().unwrap();
+                })
+            }
+        });
+        held_rx.recv().unwrap();
+        // The writer thread takes the first write off the queue and then waits for the lock.
+        let first = tokio::spawn({
+            let db = db.clone();
+            async move { db.write(Budget::start(60_000), insert_org("org_a")).await }
+        });
+        while db.0.queue.capacity() != QUEUED_WRITES {
+            tokio::task::yield_now().await;
+        }
+        let endless = format!(
+            "INSERT INTO orgs (id, name, created_at) {ENDLESS} SELECT 'o' || i, 'n' || i, 0 FROM n"
+        );
+        let stopped = queue_write(&db, 1_000, move |w| Ok(w.conn.execute(&endless, [])?)).await;
+        let last = queue_write(&db, 60_000, insert_org("org_c")).await;
+        // A write that fails on its own (a duplicate key) is undone alone, without a restart.
+        let duplicate = queue_write(&db, 60_000, insert_org("org_c")).await;
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+
+        assert_eq!(first.await.unwrap().unwrap(), 1);
+        let stopped = stopped.await.unwrap();
+        assert!(
+            matches!(stopped, Err(ApiError::BudgetExceeded { budget_ms: 1_000 })),
+            "{stopped:?}"
+        );
+        assert_eq!(last.await.unwrap().unwrap(), 1);
+        assert!(duplicate.await.unwrap().is_err());
+        let names: Vec<String> = db
+            .read_unscoped(Budget::start(60_000), |c| {
+                let mut stmt = c.prepare("SELECT id FROM orgs ORDER BY id")?;
+                let ids = stmt
+                    .query_map([], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                Ok(ids)
+            })
+            .await
+            .unwrap();
+        // The interrupt undid the open transaction; the write before it was run again.
+        assert_eq!(names, ["org_a", "org_c"]);
     }
 }

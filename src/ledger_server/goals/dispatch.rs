@@ -284,10 +284,10 @@ impl DispatchRequest {
     /// Writes the task concept and the dispatch row in one transaction; the task is read back
     /// with the client's own reader first, so a task no cell could read is never written.
     // anchor: run-dispatch
-    pub fn run(mut self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
+    pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick();
-        let tx = w.conn.transaction()?;
-        let concept = self.create.insert(&tx, org, now)?;
+        let tx = &w.conn;
+        let concept = self.create.insert(tx, org, now)?;
         let task = match Finding::read(&concept) {
             Ok(Some(f)) if f.is_task() => f,
             Ok(_) => {
@@ -301,18 +301,18 @@ impl DispatchRequest {
                 )));
             }
         };
-        self.row.task_concept = task.concept_id.clone();
-        self.row.task_id = task.id().to_string();
-        self.row.created_ms = now;
+        let mut row = self.row.clone();
+        row.task_concept = task.concept_id.clone();
+        row.task_id = task.id().to_string();
+        row.created_ms = now;
         let stored = NewDispatch {
-            row: &self.row,
+            row: &row,
             variables: &self.variables,
             claim: self.claim.as_deref(),
         };
-        store::insert_dispatch(&tx, org, &stored)?;
-        tx.commit()?;
+        store::insert_dispatch(tx, org, &stored)?;
         Ok(json!({
-            "dispatchId": self.row.id,
+            "dispatchId": row.id,
             "status": "running",
             "taskId": task.id(),
             "conceptId": task.concept_id,

@@ -73,10 +73,10 @@ impl LabelRequest {
 
     /// Stores the label for a dispatch of this org; another org's dispatch reads as none.
     // anchor: write-label
-    pub fn run(self, w: &mut Writer, org: &str) -> Result<Answer, ApiError> {
+    pub fn run(&self, w: &mut Writer, org: &str) -> Result<Answer, ApiError> {
         let now = w.tick();
-        let tx = w.conn.transaction()?;
-        if store::load_dispatch(&tx, org, &self.dispatch_id)?.is_none() {
+        let tx = &w.conn;
+        if store::load_dispatch(tx, org, &self.dispatch_id)?.is_none() {
             return Ok(not_found(
                 "dispatch_not_found",
                 "dispatchId",
@@ -86,7 +86,7 @@ impl LabelRequest {
         }
         let id = format!("label_{}", random_hex(12));
         store::insert_label(
-            &tx,
+            tx,
             org,
             &NewLabel {
                 id: &id,
@@ -103,7 +103,6 @@ impl LabelRequest {
                 claim: self.claim.as_deref(),
             },
         )?;
-        tx.commit()?;
         let mut label = json!({
             "id": id,
             "dispatch_id": self.dispatch_id,
