@@ -8,37 +8,15 @@ The binary defaults to the release build at /work/target-release/release/metabob
 target/release. Rows are written through the ledger's own concept_create_write (real rows, real
 index). Prints a Markdown table for docs/benchmarks.md. Nothing here is asserted."""
 
-import argparse, http.client, json, os, statistics, subprocess, tempfile, time
+import argparse, json, os, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_common import Client, row
+
 CANDIDATES = ["/work/target-release/release/metabob-mcp",
               os.path.join(HERE, "..", "target", "release", "metabob-mcp")]
 PAGE = 1000  # conceptSearch's largest page
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))]
-
-
-def row(name, xs):
-    ms = [x * 1000 for x in xs]
-    return f"| {name} | {len(ms)} | {statistics.median(ms):.1f} | {pct(ms, 0.9):.1f} | {min(ms):.1f} |"
-
-
-class Client:
-    def __init__(self, host, port, key):
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=300)
-        self.headers = {"authorization": f"ApiKey {key}", "content-type": "application/json"}
-
-    def resolve(self, pointer):
-        body = json.dumps({"pointer": pointer})
-        t = time.perf_counter()
-        self.conn.request("POST", "/resolve", body, self.headers)
-        resp = self.conn.getresponse()
-        data = resp.read()
-        assert resp.status < 300, (resp.status, data[:300])
-        return time.perf_counter() - t, json.loads(data)
 
 
 def header(fields):
@@ -52,7 +30,7 @@ def seed(c, tasks, verdicts):
     ids = []
     for i in range(tasks):
         fid = f"agf_{i:016x}"
-        _, v = c.resolve({"type": "concept_create_write", "conceptData": {
+        _, v = c.ok({"type": "concept_create_write", "conceptData": {
             "shape": "code_finding", "source_type": "metabob_annotation",
             "summary": f"[MEDIUM][task] t{i}: bench task {i}",
             "content": header([("finding_ids", fid), ("repo", repo), ("files", "a.py"),
@@ -67,7 +45,7 @@ def seed(c, tasks, verdicts):
                   ("finding_concept", concept), ("repo", repo), ("files", "a.py"),
                   ("origin", "cell")]
         fields += [("fix", "commit " + f"{j:040x}")] if fixed else [("claim_minutes", "60")]
-        c.resolve({"type": "concept_create_write", "conceptData": {
+        c.ok({"type": "concept_create_write", "conceptData": {
             "shape": "finding_verdict", "source_type": "metabob_annotation",
             "summary": ("[verdict:fixed] " if fixed else "[claim] ") + f"bench task",
             "content": header(fields)}})
@@ -90,7 +68,7 @@ def main():
         url = ledger.stdout.readline().split()[-1]
         host, port = url.removeprefix("http://").split(":")
         key = json.load(open(os.path.join(home, ".substrate", "config.json")))["metabob"]["apiKey"]
-        c = Client(host, port, key)
+        c = Client(host, port, key, timeout=300)
         t = time.perf_counter()
         seed(c, args.tasks, args.verdicts)
         seeded = time.perf_counter() - t
@@ -98,14 +76,14 @@ def main():
         def search_pages(shape, rows):
             total = 0.0
             for off in range(0, rows, PAGE):
-                dt, _ = c.resolve({"type": "conceptSearch", "shape": shape,
-                                   "limit": PAGE, "offset": off})
+                dt, _ = c.ok({"type": "conceptSearch", "shape": shape,
+                              "limit": PAGE, "offset": off})
                 total += dt
             return total
 
         board, searches, answer = [], [], None
         for _ in range(args.n):
-            dt, answer = c.resolve({"type": "taskBoard"})
+            dt, answer = c.ok({"type": "taskBoard"})
             board.append(dt)
             searches.append(search_pages("code_finding", args.tasks)
                             + search_pages("finding_verdict", args.verdicts))
@@ -117,9 +95,9 @@ def main():
               f"truncated={answer['truncated']} verdicts_truncated={answer['verdicts_truncated']}")
         print("| read | n | median ms | p90 ms | min ms |")
         print("|---|---|---|---|---|")
-        print(row(f"taskBoard ({args.tasks} tasks, {args.verdicts} verdict rows)", board))
+        print(row(f"taskBoard ({args.tasks} tasks, {args.verdicts} verdict rows)", board, 1))
         print(row(f"the conceptSearch pages it reads ({-(-args.tasks // PAGE)} + "
-                  f"{-(-args.verdicts // PAGE)} pages of {PAGE}), one client", searches))
+                  f"{-(-args.verdicts // PAGE)} pages of {PAGE}), one client", searches, 1))
     finally:
         ledger.terminate()
         ledger.wait()

@@ -6,39 +6,15 @@ search while an attacker's searches run, against the same search with the ledger
 Usage: cargo build --release && python3 benches/ledger_bench.py [--n 500]
 Prints a Markdown table for docs/benchmarks.md. Nothing here is asserted; it only measures."""
 
-import argparse, http.client, json, os, sqlite3, statistics, subprocess, tempfile, threading, time
+import argparse, json, os, sqlite3, subprocess, sys, tempfile, threading, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import Client, row
 
 BIN = os.path.join(os.path.dirname(__file__), "..", "target", "release", "metabob-mcp")
 # The ledger's bounds on a search (SPEC.md, conceptSearch): the attack uses the most they allow.
 MAX_QUERY_TERMS = 32
 MAX_QUERY_BYTES = 1024
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))]
-
-
-def row(name, xs):
-    ms = [x * 1000 for x in xs]
-    return f"| {name} | {len(ms)} | {statistics.median(ms):.2f} | {pct(ms, 0.9):.2f} | {min(ms):.2f} |"
-
-
-class Client:
-    """One keep-alive connection to the ledger with one key."""
-
-    def __init__(self, host, port, key):
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=120)
-        self.headers = {"authorization": f"ApiKey {key}", "content-type": "application/json"}
-
-    def resolve(self, pointer):
-        """(status, seconds, body)"""
-        body = json.dumps({"pointer": pointer})
-        t = time.perf_counter()
-        self.conn.request("POST", "/resolve", body, self.headers)
-        resp = self.conn.getresponse()
-        data = resp.read()
-        return resp.status, time.perf_counter() - t, data
 
 
 def create_key(bin_, data, org, scopes, env):

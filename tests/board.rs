@@ -2,41 +2,15 @@
 //! real cells pull, fix and withdraw tasks; the page in a real headless Chromium shows a task
 //! move from open to claimed to closed, and shows nothing with a wrong key.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::{Ledger, TestEnv, snapshot};
 
-/// One request with `Connection: close`: the status and the body.
-fn http(l: &Ledger, method: &str, path: &str, key: &str, body: &str) -> (u16, String) {
-    let host = l.url.trim_start_matches("http://");
-    let mut s = TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\n\
-         Authorization: ApiKey {key}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    (
-        head.split_whitespace().nth(1).unwrap().parse().unwrap(),
-        body.to_string(),
-    )
-}
-
 /// What `/board` reads: `taskBoard` through `/resolve`.
 fn board_data(l: &Ledger, key: &str) -> (u16, Value) {
-    let body = json!({ "pointer": { "type": "taskBoard" } }).to_string();
-    let (status, body) = http(l, "POST", "/resolve", key, &body);
-    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    l.resolve(key, json!({ "type": "taskBoard" }))
 }
 
 /// The board without its read time, which differs between any two reads.
@@ -206,7 +180,7 @@ fn task_list_and_the_board_page_show_one_fleet_state() {
     assert!(dom.contains("key rejected"), "{dom}");
     assert!(!dom.contains("data-task="), "{dom}");
     // And the page itself needs no key.
-    let (status, html) = http(&ledger, "GET", "/board", "", "");
+    let (status, html) = ledger.http("GET", "/board", None, "");
     assert_eq!(status, 200);
     assert!(html.contains("taskBoard"), "{html}");
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::mcp::{Client, Session};
-use crate::support::{Ledger, Producer, TestEnv, normalize, wait_until};
+use crate::support::{Ledger, Producer, TestEnv, normalize, verbatim, wait_until};
 
 const DISPATCH: &str = "dispatch_0123456789abcdef01234567";
 const SHAPES: [&str; 5] = [
@@ -31,6 +31,7 @@ struct Fixture {
 impl Fixture {
     fn start(vars: &[(&str, &str)], answers: &Value) -> Fixture {
         let mut env = TestEnv::new();
+        verbatim(&env, &[DISPATCH, "key:1a2b3c4d", "key:9f8e7d6c"]);
         for (k, v) in vars {
             env.set(k, *v);
         }
@@ -527,71 +528,6 @@ async fn detached_every_goal_tool_answers_the_cause_and_sends_nothing() {
 
 // ---- End to end: the embedded ledger's goal board, real git, a real cell. ----
 
-/// The ids the goal board makes (dispatches, executions, labels, key tags), named by kind in
-/// order of first appearance across one test, before the shared normalisation.
-#[derive(Default)]
-struct GoalIds(Vec<(String, String)>);
-
-impl GoalIds {
-    const KINDS: [(&'static str, usize, &'static str); 4] = [
-        ("dispatch_", 24, "DISPATCH"),
-        ("exec_", 24, "EXEC"),
-        ("label_", 24, "LABEL"),
-        ("key:", 8, "KEY_TAG"),
-    ];
-
-    fn name(&mut self, raw: &str, kind: &str) -> String {
-        if let Some((_, n)) = self.0.iter().find(|(r, _)| r == raw) {
-            return n.clone();
-        }
-        let count = self
-            .0
-            .iter()
-            .filter(|(_, n)| n.starts_with(&format!("[{kind}_")))
-            .count();
-        let n = format!("[{kind}_{}]", count + 1);
-        self.0.push((raw.to_string(), n.clone()));
-        n
-    }
-
-    fn named(&mut self, s: &str) -> String {
-        let mut out = String::new();
-        let mut i = 0;
-        'scan: while i < s.len() {
-            for (prefix, digits, kind) in Self::KINDS {
-                let end = i + prefix.len() + digits;
-                if s[i..].starts_with(prefix)
-                    && end <= s.len()
-                    && s.as_bytes()[i + prefix.len()..end]
-                        .iter()
-                        .all(u8::is_ascii_hexdigit)
-                    && !s[end..].starts_with(|c: char| c.is_ascii_alphanumeric())
-                {
-                    out.push_str(&self.name(&s[i..end], kind));
-                    i = end;
-                    continue 'scan;
-                }
-            }
-            let c = s[i..].chars().next().unwrap();
-            out.push(c);
-            i += c.len_utf8();
-        }
-        out
-    }
-}
-
-/// A tool's reply as a snapshot of the end-to-end tests shows it.
-async fn e2e_shown(
-    s: &Session,
-    env: &TestEnv,
-    ids: &mut GoalIds,
-    tool: &str,
-    args: Value,
-) -> String {
-    let (text, err) = s.call(tool, args).await;
-    crate::mcp::shown(&ids.named(&text), err, env)
-}
-
 /// The dispatch id in run_goal_async's reply.
 fn dispatch_id(reply: &str) -> String {
     let at = reply.find("dispatch_").expect("a dispatch id");
@@ -618,7 +554,6 @@ async fn a_goal_dispatched_over_mcp_is_pulled_fixed_and_reads_reached() {
     let _ledger = env.ledger("main", &[]);
     let url = origin(&env);
     let s = Session::start(&env, &env.cwd(), Client::default()).await;
-    let mut ids = GoalIds::default();
 
     let goal = json!({"goal": "Make a() return 2.\n\nThe caller expects 2.",
         "variables": {"repo": url, "files": ["a.py"]}, "learning_mode": "observe"});
@@ -630,12 +565,9 @@ async fn a_goal_dispatched_over_mcp_is_pulled_fixed_and_reads_reached() {
         .find_map(|l| l.strip_prefix("taskId: "))
         .unwrap()
         .to_string();
-    insta::assert_snapshot!(
-        "e2e_dispatched",
-        crate::mcp::shown(&ids.named(&reply), false, &env)
-    );
+    insta::assert_snapshot!("e2e_dispatched", crate::mcp::shown(&reply, false, &env));
     let args = json!({"dispatch_id": id});
-    let queued = e2e_shown(&s, &env, &mut ids, "goal_status", args.clone()).await;
+    let queued = s.shown(&env, "goal_status", args.clone()).await;
     assert!(queued.starts_with("reached: (running)\n"), "{queued}");
     insta::assert_snapshot!("e2e_status_queued", queued);
 
@@ -646,7 +578,7 @@ async fn a_goal_dispatched_over_mcp_is_pulled_fixed_and_reads_reached() {
         serde_json::from_str(&std::fs::read_to_string(env.path("c1/task/task.json")).unwrap())
             .unwrap();
     assert_eq!(task["task_id"], task_id.as_str());
-    let claimed = e2e_shown(&s, &env, &mut ids, "goal_status", args.clone()).await;
+    let claimed = s.shown(&env, "goal_status", args.clone()).await;
     assert!(claimed.contains("executionId: [EXEC_1]"), "{claimed}");
     insta::assert_snapshot!("e2e_status_claimed", claimed);
     assert_eq!(
@@ -655,29 +587,28 @@ async fn a_goal_dispatched_over_mcp_is_pulled_fixed_and_reads_reached() {
     );
 
     env.fix_push_close("c1");
-    let done = e2e_shown(&s, &env, &mut ids, "goal_status", args.clone()).await;
+    let done = s.shown(&env, "goal_status", args.clone()).await;
     assert!(
         done.starts_with("reached: yes\nstatus: completed\n"),
         "{done}"
     );
     insta::assert_snapshot!("e2e_status_reached", done);
-    let walk = e2e_shown(&s, &env, &mut ids, "goal_reasoning", args.clone()).await;
+    let walk = s.shown(&env, "goal_reasoning", args.clone()).await;
     assert!(walk.contains("walk log ("), "{walk}");
     assert!(walk.contains("reach verdict:"), "{walk}");
     insta::assert_snapshot!("e2e_reasoning", walk);
-    let listed = e2e_shown(&s, &env, &mut ids, "execution_trace", json!({})).await;
+    let listed = s.shown(&env, "execution_trace", json!({})).await;
     assert!(listed.contains("[EXEC_1]  completed"), "{listed}");
     insta::assert_snapshot!("e2e_execution_trace", listed);
 
-    let label = e2e_shown(
-        &s,
-        &env,
-        &mut ids,
-        "provide_feedback",
-        json!({"dispatch_id": id, "verdict": "reached",
-               "rationale": "a() returns 2 on main", "confidence": 0.8}),
-    )
-    .await;
+    let label = s
+        .shown(
+            &env,
+            "provide_feedback",
+            json!({"dispatch_id": id, "verdict": "reached",
+                   "rationale": "a() returns 2 on main", "confidence": 0.8}),
+        )
+        .await;
     assert!(label.starts_with("Label [LABEL_1] stored"), "{label}");
     assert!(label.contains("activity: task-board"), "{label}");
     insta::assert_snapshot!("e2e_feedback", label);
@@ -718,8 +649,7 @@ async fn run_goal_returns_once_the_cell_completes_the_goal() {
         text.starts_with("reached: yes\nstatus: completed\n"),
         "{text}"
     );
-    let mut ids = GoalIds::default();
-    insta::assert_snapshot!("e2e_run_goal", normalize(&ids.named(&text), &env));
+    insta::assert_snapshot!("e2e_run_goal", normalize(&text, &env));
 }
 
 #[tokio::test]
@@ -728,7 +658,6 @@ async fn a_task_withdrawn_for_a_refused_ref_reads_not_reached_with_the_reason() 
     let _ledger = env.ledger("main", &[]);
     let url = origin(&env);
     let s = Session::start(&env, &env.cwd(), Client::default()).await;
-    let mut ids = GoalIds::default();
     let (reply, err) = s
         .call(
             "run_goal_async",
@@ -744,25 +673,19 @@ async fn a_task_withdrawn_for_a_refused_ref_reads_not_reached_with_the_reason() 
         "{}",
         crate::support::layout(&out)
     );
-    let text = e2e_shown(
-        &s,
-        &env,
-        &mut ids,
-        "goal_status",
-        json!({"dispatch_id": id}),
-    )
-    .await;
+    let text = s
+        .shown(&env, "goal_status", json!({"dispatch_id": id}))
+        .await;
     assert!(text.starts_with("reached: no\nstatus: failed\n"), "{text}");
     assert!(text.contains("refused"), "{text}");
     insta::assert_snapshot!("e2e_status_refused_ref", text);
-    let label = e2e_shown(
-        &s,
-        &env,
-        &mut ids,
-        "provide_feedback",
-        json!({"dispatch_id": id, "verdict": "not_reached",
-               "rationale": "the ref was refused before any change"}),
-    )
-    .await;
+    let label = s
+        .shown(
+            &env,
+            "provide_feedback",
+            json!({"dispatch_id": id, "verdict": "not_reached",
+                   "rationale": "the ref was refused before any change"}),
+        )
+        .await;
     insta::assert_snapshot!("e2e_feedback_refused_ref", label);
 }

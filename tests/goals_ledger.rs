@@ -3,98 +3,14 @@
 //! and the walk state, executions and traces say so; a refused ref fails it with the pull's
 //! reason; refusals name why; no org reads another's dispatch.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::{Ledger, TestEnv, normalize};
 
-/// One `POST /resolve` with `Connection: close`: the status and the JSON body.
-fn resolve(l: &Ledger, key: &str, pointer: Value) -> (u16, Value) {
-    let host = l.url.trim_start_matches("http://");
-    let body = json!({ "pointer": pointer }).to_string();
-    let mut s = TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "POST /resolve HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\n\
-         Authorization: ApiKey {key}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
-}
-
-/// The ids the goal board makes, each named by kind in order of first appearance, so a
-/// snapshot shows when the same one recurs; then the shared normalisation.
-struct Names {
-    env: TestEnv,
-    seen: Mutex<Vec<(String, String)>>,
-}
-
-const GOAL_IDS: &[(&str, usize, &str)] = &[
-    ("dispatch_", 24, "DISPATCH"),
-    ("exec_", 24, "EXEC"),
-    ("label_", 24, "LABEL"),
-    ("key:", 8, "KEY_TAG"),
-];
-
-impl Names {
-    fn name(&self, raw: &str, kind: &str) -> String {
-        let mut seen = self.seen.lock().unwrap();
-        if let Some((_, n)) = seen.iter().find(|(r, _)| r == raw) {
-            return n.clone();
-        }
-        let count = seen
-            .iter()
-            .filter(|(_, n)| n.starts_with(&format!("[{kind}_")))
-            .count();
-        let n = format!("[{kind}_{}]", count + 1);
-        seen.push((raw.to_string(), n.clone()));
-        n
-    }
-
-    fn text(&self, v: &Value) -> String {
-        let s = serde_json::to_string_pretty(v).unwrap();
-        let mut out = String::new();
-        let mut i = 0;
-        'scan: while i < s.len() {
-            for (prefix, digits, kind) in GOAL_IDS {
-                let end = i + prefix.len() + digits;
-                if s[i..].starts_with(prefix)
-                    && end <= s.len()
-                    && s[i + prefix.len()..end]
-                        .bytes()
-                        .all(|b| b.is_ascii_hexdigit())
-                    && !s[end..].starts_with(|c: char| c.is_ascii_alphanumeric())
-                {
-                    out.push_str(&self.name(&s[i..end], kind));
-                    i = end;
-                    continue 'scan;
-                }
-            }
-            let c = s[i..].chars().next().unwrap();
-            out.push(c);
-            i += c.len_utf8();
-        }
-        normalize(&out, &self.env)
-    }
-
-    fn snap(&self, status: u16, v: &Value) -> String {
-        format!("status {status}\n{}", self.text(v))
-    }
-}
-
 struct Board {
-    names: Names,
+    env: TestEnv,
     ledger: Ledger,
     url: String,
     admin: String,
@@ -113,10 +29,7 @@ fn board() -> Board {
     .unwrap();
     let admin = config["metabob"]["apiKey"].as_str().unwrap().to_string();
     Board {
-        names: Names {
-            env,
-            seen: Mutex::default(),
-        },
+        env,
         ledger,
         url,
         admin,
@@ -124,13 +37,14 @@ fn board() -> Board {
 }
 
 impl Board {
-    fn env(&self) -> &TestEnv {
-        &self.names.env
+    /// An answer as snapshots show it.
+    fn snap(&self, status: u16, v: &Value) -> String {
+        let text = serde_json::to_string_pretty(v).unwrap();
+        format!("status {status}\n{}", normalize(&text, &self.env))
     }
 
     fn dispatch(&self, goal: &str, variables: Value) -> (u16, Value) {
-        resolve(
-            &self.ledger,
+        self.ledger.resolve(
             &self.admin,
             json!({"type": "goalDispatchAsync", "operator": "ops-1", "goal": goal,
                    "variables": variables, "tags": ["team:core"], "learning_mode": "observe",
@@ -139,17 +53,14 @@ impl Board {
     }
 
     fn walk(&self, key: &str, id: &str) -> (u16, Value) {
-        resolve(
-            &self.ledger,
-            key,
-            json!({"type": "goalWalkState", "dispatchId": id}),
-        )
+        self.ledger
+            .resolve(key, json!({"type": "goalWalkState", "dispatchId": id}))
     }
 
     fn cell(&self, cell: &str) -> (PathBuf, PathBuf) {
         (
-            self.env().path(&format!("{cell}/task")),
-            self.env().path(&format!("{cell}/work")),
+            self.env.path(&format!("{cell}/task")),
+            self.env.path(&format!("{cell}/work")),
         )
     }
 
@@ -181,7 +92,7 @@ fn a_dispatched_goal_is_pulled_fixed_and_closed_as_a_task() {
         json!({"repo": b.url, "files": ["a.py"], "ref": "main"}),
     );
     assert_eq!(status, 202, "{d}");
-    insta::assert_snapshot!("goal_dispatched", b.names.snap(status, &d));
+    insta::assert_snapshot!("goal_dispatched", b.snap(status, &d));
     let id = d["dispatchId"].as_str().unwrap().to_string();
     let task_id = d["taskId"].as_str().unwrap().to_string();
 
@@ -192,10 +103,10 @@ fn a_dispatched_goal_is_pulled_fixed_and_closed_as_a_task() {
         "{w}"
     );
     assert!(w["executionId"].is_null(), "{w}");
-    insta::assert_snapshot!("goal_walk_dispatched", b.names.snap(status, &w));
+    insta::assert_snapshot!("goal_walk_dispatched", b.snap(status, &w));
 
     // Any cell takes it as it takes any task.
-    let out = b.env().task_pull(&b.url, "c1", &["--json"]);
+    let out = b.env.task_pull(&b.url, "c1", &["--json"]);
     assert_eq!(out.code, 0, "{out:?}");
     let (task_dir, _) = b.cell("c1");
     let task: Value =
@@ -214,38 +125,34 @@ fn a_dispatched_goal_is_pulled_fixed_and_closed_as_a_task() {
     assert_eq!(w["status"], "running", "{w}");
     assert!(log_has(&w, "claimed by"), "{w}");
     assert!(w["executionId"].as_str().unwrap().starts_with("exec_"));
-    insta::assert_snapshot!("goal_walk_claimed", b.names.snap(status, &w));
+    insta::assert_snapshot!("goal_walk_claimed", b.snap(status, &w));
 
-    b.env().fix_push_close("c1");
+    b.env.fix_push_close("c1");
     let (status, w) = b.walk(&b.admin, &id);
     assert_eq!(
         (w["status"].as_str(), &w["reached"]),
         (Some("completed"), &json!(true)),
         "{w}"
     );
-    insta::assert_snapshot!("goal_walk_completed", b.names.snap(status, &w));
+    insta::assert_snapshot!("goal_walk_completed", b.snap(status, &w));
 
-    let (status, list) = resolve(
-        &b.ledger,
-        &b.admin,
-        json!({"type": "executionTraceList", "limit": 5}),
-    );
+    let (status, list) = b
+        .ledger
+        .resolve(&b.admin, json!({"type": "executionTraceList", "limit": 5}));
     assert_eq!(list["total"], 1, "{list}");
     let row = &list["executions"][0];
     assert_eq!(row["execution_id"], w["executionId"]);
     assert_eq!(row["vessel_id"], task["vessel_id"]);
     assert_eq!(row["status"], "completed");
-    insta::assert_snapshot!("goal_execution_list", b.names.snap(status, &list));
-    let (status, trace) = resolve(
-        &b.ledger,
+    insta::assert_snapshot!("goal_execution_list", b.snap(status, &list));
+    let (status, trace) = b.ledger.resolve(
         &b.admin,
         json!({"type": "activityExecutionTrace", "executionId": w["executionId"], "format": "json"}),
     );
     assert_eq!(status, 200, "{trace}");
-    insta::assert_snapshot!("goal_execution_trace", b.names.snap(status, &trace));
+    insta::assert_snapshot!("goal_execution_trace", b.snap(status, &trace));
 
-    let (status, label) = resolve(
-        &b.ledger,
+    let (status, label) = b.ledger.resolve(
         &b.admin,
         json!({"type": "goal_verification_label_write", "labelData": {
             "dispatch_id": id, "execution_id": w["executionId"], "activity_id": null,
@@ -253,7 +160,7 @@ fn a_dispatched_goal_is_pulled_fixed_and_closed_as_a_task() {
             "labeler": "automated", "notes": "a() returns 2 on main [operator: ops-1]"}}),
     );
     assert_eq!(status, 201, "{label}");
-    insta::assert_snapshot!("goal_label_written", b.names.snap(status, &label));
+    insta::assert_snapshot!("goal_label_written", b.snap(status, &label));
     assert_eq!(b.labels(), vec![(id.clone(), "achieved".to_string(), 0.9)]);
 }
 
@@ -267,7 +174,7 @@ fn a_refused_ref_fails_the_goal_with_the_pulls_reason() {
     assert_eq!(status, 202, "{d}");
     let id = d["dispatchId"].as_str().unwrap();
     // The pull claims it, refuses the ref, withdraws the claim: nothing else is open.
-    let out = b.env().task_pull(&b.url, "c1", &[]);
+    let out = b.env.task_pull(&b.url, "c1", &[]);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stdout.contains("withdrawn"), "{out:?}");
     let (status, w) = b.walk(&b.admin, id);
@@ -277,11 +184,13 @@ fn a_refused_ref_fails_the_goal_with_the_pulls_reason() {
         "{w}"
     );
     assert!(w["error"].as_str().unwrap().contains("refused"), "{w}");
-    insta::assert_snapshot!("goal_walk_failed_refused_ref", b.names.snap(status, &w));
-    let (status, list) = resolve(&b.ledger, &b.admin, json!({"type": "executionTraceList"}));
+    insta::assert_snapshot!("goal_walk_failed_refused_ref", b.snap(status, &w));
+    let (status, list) = b
+        .ledger
+        .resolve(&b.admin, json!({"type": "executionTraceList"}));
     assert_eq!(list["executions"][0]["status"], "failed", "{list}");
     assert_eq!(list["executions"][0]["failure_mode"], w["error"]);
-    insta::assert_snapshot!("goal_execution_list_withdrawn", b.names.snap(status, &list));
+    insta::assert_snapshot!("goal_execution_list_withdrawn", b.snap(status, &list));
 }
 
 #[test]
@@ -289,7 +198,7 @@ fn refusals_name_why_and_no_org_reads_another_orgs_dispatch() {
     let b = board();
     let mut shown = String::new();
     let mut show = |what: &str, (status, v): (u16, Value)| {
-        shown.push_str(&format!("## {what}\n{}\n", b.names.snap(status, &v)));
+        shown.push_str(&format!("## {what}\n{}\n", b.snap(status, &v)));
         status
     };
     let base = json!({"repo": b.url, "files": ["a.py"]});
@@ -302,16 +211,14 @@ fn refusals_name_why_and_no_org_reads_another_orgs_dispatch() {
         400
     );
     assert_eq!(show("no goal", b.dispatch("  ", base.clone())), 400);
-    let template = resolve(
-        &b.ledger,
+    let template = b.ledger.resolve(
         &b.admin,
         json!({"type": "goalDispatchAsync", "operator": "ops-1", "goal": "fix it",
                "targetTemplateId": "tmpl_fix_tests", "variables": base}),
     );
     assert_eq!(show("a template", template), 400);
-    let (_, read_only) = b.ledger.create_key(b.env(), "default", "read");
-    let forbidden = resolve(
-        &b.ledger,
+    let (_, read_only) = b.ledger.create_key(&b.env, "default", "read");
+    let forbidden = b.ledger.resolve(
         &read_only,
         json!({"type": "goalDispatchAsync", "operator": "ops-1", "goal": "fix it", "variables": base}),
     );
@@ -352,7 +259,7 @@ fn refusals_name_why_and_no_org_reads_another_orgs_dispatch() {
         ),
         404
     );
-    let (_, other) = b.ledger.create_key(b.env(), "other", "read,write");
+    let (_, other) = b.ledger.create_key(&b.env, "other", "read,write");
     let (status, theirs) = b.walk(&other, &id);
     assert_eq!(status, 404, "{theirs}");
     assert_eq!(theirs["error"], "dispatch_not_found", "{theirs}");
@@ -363,15 +270,13 @@ fn refusals_name_why_and_no_org_reads_another_orgs_dispatch() {
         "reviewed_by: intruder\nverdict: claimed\nfinding_ids: {}\nclaim_minutes: 100000\n",
         d["taskId"].as_str().unwrap()
     );
-    let (status, _) = resolve(
-        &b.ledger,
+    let (status, _) = b.ledger.resolve(
         &other,
         json!({"type": "concept_create_write", "conceptData": {"content": hostile,
                "shape": "finding_verdict", "source_type": "metabob_annotation"}}),
     );
     assert_eq!(status, 201);
-    let (status, _) = resolve(
-        &b.ledger,
+    let (status, _) = b.ledger.resolve(
         &b.admin,
         json!({"type": "concept_create_write", "conceptData": {"content": hostile,
                "shape": "finding_verdict", "source_type": "metabob_annotation"}}),
@@ -384,24 +289,23 @@ fn refusals_name_why_and_no_org_reads_another_orgs_dispatch() {
         "{w}"
     );
     assert!(w["executionId"].is_null(), "{w}");
-    let (_, listing) = resolve(&b.ledger, &other, json!({"type": "executionTraceList"}));
+    let (_, listing) = b
+        .ledger
+        .resolve(&other, json!({"type": "executionTraceList"}));
     assert_eq!(listing, json!({"executions": [], "total": 0}));
-    let unknown = resolve(
-        &b.ledger,
+    let unknown = b.ledger.resolve(
         &b.admin,
         json!({"type": "activityExecutionTrace", "executionId": "exec_k3j4"}),
     );
     assert_eq!(show("an unknown execution", unknown), 404);
-    let label = resolve(
-        &b.ledger,
+    let label = b.ledger.resolve(
         &b.admin,
         json!({"type": "goal_verification_label_write", "labelData": {
             "dispatch_id": id, "goal": "fix it", "verdict": "achieved", "labeler": "automated",
             "notes": "looks right"}}),
     );
     assert_eq!(show("a label without confidence", label), 400);
-    let label = resolve(
-        &b.ledger,
+    let label = b.ledger.resolve(
         &other,
         json!({"type": "goal_verification_label_write", "labelData": {
             "dispatch_id": id, "goal": "fix it", "verdict": "achieved", "confidence": 1,

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod normalize;
-pub use normalize::{layout, normalize, seen, snapshot};
+pub use normalize::{layout, normalize, seen, snapshot, verbatim};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_metabob-mcp");
 
@@ -251,6 +251,36 @@ impl Ledger {
         let (child, url) = spawn_ledger(&self.vars, &self.cwd, &self.data, &listen, &self.args);
         self.child = child;
         self.url = url;
+    }
+
+    /// One `POST /resolve` of `pointer` with `key`: the status and the JSON body (`Null` when
+    /// the body is not JSON).
+    pub fn resolve(&self, key: &str, pointer: serde_json::Value) -> (u16, serde_json::Value) {
+        let body = serde_json::json!({ "pointer": pointer }).to_string();
+        let (status, body) = self.http("POST", "/resolve", Some(key), &body);
+        (status, serde_json::from_str(&body).unwrap_or_default())
+    }
+
+    /// One request with `Connection: close`, so reading to the end reads the whole answer: the
+    /// status and the body.
+    pub fn http(&self, method: &str, path: &str, key: Option<&str>, body: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let host = self.url.trim_start_matches("http://");
+        let auth = key.map_or(String::new(), |k| format!("Authorization: ApiKey {k}\r\n"));
+        let mut s = std::net::TcpStream::connect(host).expect("connect to the ledger");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("the ledger answers");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("a head and a body");
+        let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok());
+        (status.expect("a status line"), body.to_string())
     }
 
     /// Creates a key with the offline admin command; returns (key_id, key).

@@ -8,7 +8,8 @@
 //! - ids as `[FINDING_n]` (agf_), `[CONCEPT_n]`, `[API_KEY_n]` (mb_live_, and a key's printed
 //!   tail `…[API_KEY_n]`, or `…[KEY_TAIL]` for a key never printed whole), `[KEY_ID_n]`,
 //!   `[ORG_n]`, `[VESSEL_n]` (metabob-mcp-…), `[UUID_n]` (sessions), `[SHA_n]` (commit ids;
-//!   an abbreviation of one to k digits is `[SHA_n:k]`).
+//!   an abbreviation of one to k digits is `[SHA_n:k]`), and the goal board's `[DISPATCH_n]`,
+//!   `[EXEC_n]`, `[LABEL_n]` and `[KEY_TAG_n]` (`key:` and 8 hex).
 //!
 //! Every id is numbered in order of first appearance within one `TestEnv`, so a snapshot shows
 //! when the same id recurs, in one output and across the outputs of one test.
@@ -73,6 +74,15 @@ pub fn seen(env: &TestEnv, ids: &[&str]) {
     normalize(&ids.join(" "), env);
 }
 
+/// Leaves `ids` as they are: a fixture's fixed ids read the same every run, so a snapshot can
+/// show the very value the fixture sent.
+pub fn verbatim(env: &TestEnv, ids: &[&str]) {
+    let mut seen = env.ids.lock().expect("no test panics while naming ids");
+    for id in ids {
+        seen.named.insert(id.to_string(), id.to_string());
+    }
+}
+
 fn replace_ignoring_case(s: &str, needle: &str, with: &str) -> String {
     let (hay, needle) = (s.to_ascii_lowercase(), needle.to_ascii_lowercase());
     let mut out = String::with_capacity(s.len());
@@ -117,6 +127,11 @@ const PREFIXED: &[(&str, usize, &str)] = &[
     ("org_", 12, "ORG"),
     ("key_", 12, "KEY_ID"),
     ("metabob-mcp-", 12, "VESSEL"),
+    ("dispatch_", 24, "DISPATCH"),
+    // An execution is named by its claim concept's hex.
+    ("exec_", 24, "EXEC"),
+    ("label_", 24, "LABEL"),
+    ("key:", 8, "KEY_TAG"),
 ];
 
 const LOOPBACK: &[&str] = &["127.0.0.1:", "localhost:", "[::1]:"];
@@ -336,6 +351,19 @@ fn names_recur_and_differ_by_kind() {
     assert_eq!(
         normalize(&repository, &env),
         "\"repository\": \"[ROOT_REL]/origins/app\""
+    );
+    // The goal board's ids; a fixture's fixed or shorter ones stay as they are.
+    let dispatch = "dispatch_0123456789abcdef01234567";
+    verbatim(&env, &[dispatch]);
+    assert_eq!(
+        normalize(
+            &format!(
+                "dispatch_{0} exec_{0} key:9f8e7d6c {dispatch} exec_00aa11bb",
+                "ab".repeat(12)
+            ),
+            &env
+        ),
+        format!("[DISPATCH_1] [EXEC_1] [KEY_TAG_1] {dispatch} exec_00aa11bb")
     );
     // Words that only look like ids are left alone.
     assert_eq!(
