@@ -495,7 +495,7 @@ impl Link {
         let now = w.tick();
         let tx = &w.conn;
         for id in [&self.from, &self.to] {
-            load_concept(&tx, org, id)?;
+            load_concept(tx, org, id)?;
         }
         let existing: Option<(String, f64)> = tx
             .query_row(
