@@ -12,6 +12,7 @@ pub const WRITE_SHAPES: &[&str] = &[
     "goalDispatchAsync",
     "solicitationResponse_write",
     "goal_verification_label_write",
+    "taskTake_write",
 ];
 
 /// Whether `shape` writes. A listed shape does; so does an unlisted one named `…_write`, since

@@ -39,6 +39,10 @@ fn json_out(out: &Output) -> Value {
 
 impl World {
     fn record_task(&self, file: &str, summary: &str, details: &str) -> String {
+        self.record_task_at("HIGH", file, summary, details)
+    }
+
+    fn record_task_at(&self, severity: &str, file: &str, summary: &str, details: &str) -> String {
         let out = self.env.run(&[
             "finding",
             "record",
@@ -49,7 +53,7 @@ impl World {
             "--summary",
             summary,
             "--severity",
-            "HIGH",
+            severity,
             "--category",
             "task",
             "--details",
@@ -470,7 +474,8 @@ fn ambiguous_commits_and_a_foreign_task_file_are_refused_before_anything_is_sent
 #[test]
 fn a_refused_ref_is_withdrawn_and_the_pull_takes_another_task() {
     let w = world();
-    let bad = w.record_task("a.py", "bad ref", "ref: -x;rm -rf");
+    // The bad one is more severe, so it is tried first whatever this cell's own order is.
+    let bad = w.record_task_at("CRITICAL", "a.py", "bad ref", "ref: -x;rm -rf");
     let good = w.record_task("b.py", "good task", "");
     let out = w.pull_text("c1");
     // The ids as recorded, so the snapshot names them in that order.
@@ -545,58 +550,93 @@ fn a_restarted_cell_resumes_the_task_it_holds() {
     assert_eq!(v["candidates"][0]["outcome"], "renewed", "{v}");
 }
 
-#[test]
-fn sixteen_pulls_over_five_tasks_take_each_exactly_once() {
-    for round in 0..20 {
-        let w = world();
-        let steps = ["parse", "lex", "emit", "link", "load"];
-        let ids: Vec<String> = steps
-            .iter()
-            .map(|s| w.record_task("a.py", &format!("repair the {s} stage"), ""))
-            .collect();
-        let children: Vec<_> = (0..16)
+/// A race on one claim path: `pullers` cells start together over `tasks` open tasks, and each
+/// pulls again into fresh directories (a new cell identity) until nothing is free for it. Every
+/// task must be pulled exactly once, whoever loses a race; returns the claims lost on the way.
+/// `take: false` runs the ledger as a substrate without the atomic take (`--no-take`), so the
+/// pulls claim by read-back.
+fn race(take: bool, pullers: usize, tasks: usize, round: usize) -> usize {
+    let env = TestEnv::new();
+    let _ledger = env.ledger("main", if take { &[] } else { &["--no-take"] });
+    let (_, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
+    let w = World {
+        env,
+        ledger: _ledger,
+        bare: PathBuf::new(),
+        url,
+    };
+    let mut ids: Vec<String> = (0..tasks)
+        .map(|i| w.record_task("a.py", &format!("repair stage {i}"), ""))
+        .collect();
+    let path = if take { "take" } else { "read_back" };
+    let outcomes: Vec<(Vec<String>, usize)> = std::thread::scope(|scope| {
+        let cells: Vec<_> = (0..pullers)
             .map(|i| {
-                let (task, work) = w.dirs(&format!("cell{i}"));
-                w.env
-                    .cmd(&[
-                        "task",
-                        "pull",
-                        "--origin",
-                        &w.url,
-                        "--task-dir",
-                        &task.display().to_string(),
-                        "--work-dir",
-                        &work.display().to_string(),
-                        "--json",
-                    ])
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .unwrap()
+                let w = &w;
+                scope.spawn(move || {
+                    let (mut pulled, mut lost) = (Vec::new(), 0);
+                    for k in 0.. {
+                        let (task, work) = w.dirs(&format!("cell{i}-{k}"));
+                        let out = Output::from(
+                            w.env
+                                .cmd(&[
+                                    "task",
+                                    "pull",
+                                    "--origin",
+                                    &w.url,
+                                    "--task-dir",
+                                    &task.display().to_string(),
+                                    "--work-dir",
+                                    &work.display().to_string(),
+                                    "--json",
+                                ])
+                                .output()
+                                .unwrap(),
+                        );
+                        let report = match out.code {
+                            0 | 3 | 4 => json_out(&out),
+                            _ => panic!("{path} round {round}: unexpected exit {out:?}"),
+                        };
+                        assert_eq!(report["claim_path"], path, "{report}");
+                        lost += report["candidates"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter(|c| c["outcome"] == "lost")
+                            .count();
+                        if out.code != 0 {
+                            break;
+                        }
+                        pulled.push(report["task"]["task_id"].as_str().unwrap().to_string());
+                    }
+                    (pulled, lost)
+                })
             })
             .collect();
-        let mut pulled = Vec::new();
-        for child in children {
-            let out = Output::from(child.wait_with_output().unwrap());
-            match out.code {
-                0 => pulled.push(
-                    json_out(&out)["task"]["task_id"]
-                        .as_str()
-                        .unwrap()
-                        .to_string(),
-                ),
-                4 => assert!(json_out(&out)["retry_after"].is_string(), "{out:?}"),
-                _ => panic!("round {round}: unexpected exit {out:?}"),
-            }
-        }
-        pulled.sort();
-        let mut expected = ids.clone();
-        expected.sort();
-        assert_eq!(
-            pulled, expected,
-            "round {round}: each task pulled exactly once"
-        );
+        cells.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let mut pulled: Vec<String> = outcomes.iter().flat_map(|(p, _)| p.clone()).collect();
+    pulled.sort();
+    ids.sort();
+    assert_eq!(
+        pulled, ids,
+        "{path} round {round}: each task pulled exactly once"
+    );
+    outcomes.iter().map(|(_, lost)| lost).sum()
+}
+
+#[test]
+fn sixteen_pulls_over_five_tasks_take_each_exactly_once_on_both_claim_paths() {
+    for round in 0..20 {
+        assert_eq!(race(true, 16, 5, round), 0, "a take never loses a claim");
+        race(false, 16, 5, round);
     }
+}
+
+#[test]
+fn thirty_two_cells_over_fifty_tasks_take_each_exactly_once_on_both_claim_paths() {
+    assert_eq!(race(true, 32, 50, 0), 0, "a take never loses a claim");
+    race(false, 32, 50, 0);
 }
 
 #[test]

@@ -796,7 +796,8 @@ fn acknowledged_writes_survive_kill_9() {
     let acked: Arc<Mutex<Vec<String>>> = Arc::default();
     let count = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..4)
+    // Enough concurrent writers that commits carry batches (group commit), not single writes.
+    let writers: Vec<_> = (0..16)
         .map(|t| {
             let (url, k, acked, count, stop) = (url.clone(), k.clone(), acked.clone(), count.clone(), stop.clone());
             std::thread::spawn(move || {

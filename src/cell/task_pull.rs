@@ -98,21 +98,34 @@ pub struct PullReport {
     pub candidates: Vec<Candidate>,
     /// The ledger's window was full: older tasks may exist past it and were not considered.
     pub recall_truncated: bool,
+    /// How the claim was decided: `take` when the ledger advertises the atomic take, else
+    /// `read_back` (SPEC.md §Claim paths).
+    pub claim_path: ClaimPath,
+}
+
+/// The two ways a pull claims (anchor: ClaimPath).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimPath {
+    /// The ledger claims the first free candidate in the write that decides it.
+    Take,
+    /// One claim row per candidate, read back and weighed by the holder rule.
+    ReadBack,
 }
 
 /// The open tasks of a recall, sorted before any claim is tried (anchor: classify_tasks).
 #[derive(Debug, Default)]
-struct Classified<'a> {
+pub struct Classified<'a> {
     /// Tasks this cell already holds: renewed first, so a restarted cell resumes its own work.
     mine: Vec<&'a Recalled>,
-    /// Tasks nobody holds, most severe first, then oldest.
+    /// Tasks nobody holds, most severe first, then in this cell's own order (rendezvous).
     free: Vec<&'a Recalled>,
     /// Tasks another cell holds, with the claim that holds them.
     held: Vec<(&'a Recalled, Held)>,
 }
 
 impl<'a> Classified<'a> {
-    fn open(&self) -> usize {
+    pub fn open(&self) -> usize {
         self.mine.len() + self.free.len() + self.held.len()
     }
 
@@ -124,7 +137,7 @@ impl<'a> Classified<'a> {
 
 /// Open tasks: category task, recorded open, no verdict that closes it or holds a fix; then
 /// who holds each at `now`. Pure: nothing is sent.
-fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> {
+pub fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> {
     let mut c = Classified::default();
     for r in view.findings.iter().filter(|r| {
         r.finding.is_task()
@@ -137,7 +150,14 @@ fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> {
             None => c.free.push(r),
         }
     }
-    c.free.sort_by_key(|r| (r.finding.severity, r.finding.seq));
+    // Within a severity every cell has its own order, so cells started together mostly try
+    // different tasks first instead of all racing for the oldest.
+    c.free.sort_by_cached_key(|r| {
+        (
+            r.finding.severity,
+            std::cmp::Reverse(claims::rendezvous(me, r.finding.id())),
+        )
+    });
     c
 }
 
@@ -153,65 +173,192 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
             "no vessel identity: set VESSEL_ID or an API key".into(),
         ));
     };
+    let session = att.claim().session.clone();
     let repository = identity_of_origin(&opts.origin);
     let view = recall::recall(&att, &vessel_aliases(&repository)).await?;
     let tasks = classify(&view, &me, now_ms());
-    let mut pull = Pull {
+    let conventions = read_conventions(&att, &repository).await?;
+    let mut claimer = Claimer::start(&att, &tasks, &me, &session, opts.minutes).await;
+    let pull = Pull {
         opts: &opts,
         env: &env,
         att: &att,
         me: &me,
-        session: att.claim().session.clone(),
+        session: &session,
         repository: &repository,
         view: &view,
-        report: PullReport {
-            status: PullStatus::NothingOpen,
-            task: None,
-            retry_after: None,
-            retry_after_seconds: None,
-            candidates: Vec::new(),
-            recall_truncated: view.findings_truncated,
-        },
-        retry_at: None,
     };
-    for (r, h) in &tasks.held {
-        pull.note(
-            &r.finding,
-            CandidateOutcome::Claim(ClaimWord::Held),
-            Some(h),
-        );
-    }
-    let conventions = read_conventions(&att, &repository).await?;
-    for r in tasks.to_claim() {
-        if pull.take(r, &conventions).await? {
-            pull.report.status = PullStatus::Pulled;
-            return Ok(pull.report);
+    while let Some((r, held)) = claimer.next().await? {
+        match pull.set_up(r, &held, &conventions).await? {
+            SetUp::Done(task) => {
+                let mut report = claimer.report(&tasks, view.findings_truncated);
+                report.status = PullStatus::Pulled;
+                report.task = Some(*task);
+                return Ok(report);
+            }
+            SetUp::Withdrawn(why) => claimer.withdrawn(why),
         }
     }
-    Ok(pull.settle(tasks.open()))
+    Ok(claimer.report(&tasks, view.findings_truncated))
 }
 
-/// One pull in progress: what every step reads, and the report it fills.
-struct Pull<'a> {
-    opts: &'a PullOptions,
-    env: &'a Env,
+/// The claim step of a pull (anchor: Claimer): takes the candidates of a classified recall in
+/// order on the ledger's [claim path](ClaimPath) and hands out, one at a time, a task this
+/// cell now holds, noting what happened to every candidate. `task pull` sets up what it hands
+/// out; the fleet bench runs it alone.
+pub struct Claimer<'a> {
     att: &'a Attachment,
     me: &'a str,
-    session: String,
-    repository: &'a str,
-    view: &'a LedgerView,
-    report: PullReport,
+    session: &'a str,
+    minutes: i64,
+    path: ClaimPath,
+    /// The candidates in order, and how many of them have been tried.
+    order: Vec<&'a Recalled>,
+    tried: usize,
+    candidates: Vec<Candidate>,
     retry_at: Option<i64>,
 }
 
-impl Pull<'_> {
+impl<'a> Claimer<'a> {
+    /// Notes the tasks others hold and asks which path the ledger offers; asked even with
+    /// nothing free, so that every report names it.
+    pub async fn start(
+        att: &'a Attachment,
+        tasks: &Classified<'a>,
+        me: &'a str,
+        session: &'a str,
+        minutes: i64,
+    ) -> Claimer<'a> {
+        let path = if claims::ledger_takes(att).await {
+            ClaimPath::Take
+        } else {
+            ClaimPath::ReadBack
+        };
+        let mut c = Claimer {
+            att,
+            me,
+            session,
+            minutes,
+            path,
+            order: tasks.to_claim().collect(),
+            tried: 0,
+            candidates: Vec::new(),
+            retry_at: None,
+        };
+        for (r, h) in &tasks.held {
+            c.note(
+                &r.finding,
+                CandidateOutcome::Claim(ClaimWord::Held),
+                Some(h),
+            );
+        }
+        c
+    }
+
+    pub fn path(&self) -> ClaimPath {
+        self.path
+    }
+
+    /// What happened to each candidate so far.
+    pub fn candidates(&self) -> &[Candidate] {
+        &self.candidates
+    }
+
+    /// The next task this cell holds, and the claim that holds it; `None` once no candidate is
+    /// left. A lost race moves on to the next candidate at once.
+    pub async fn next(&mut self) -> Result<Option<(&'a Recalled, Held)>, CellError> {
+        match self.path {
+            ClaimPath::Take => self.by_take().await,
+            ClaimPath::ReadBack => self.by_read_back().await,
+        }
+    }
+
+    /// The atomic take: the ledger claims the first candidate nobody else holds and names the
+    /// ones it passed over, in one request per call.
+    async fn by_take(&mut self) -> Result<Option<(&'a Recalled, Held)>, CellError> {
+        while self.tried < self.order.len() {
+            let left = self.order.len() - self.tried;
+            let ask: Vec<&'a Recalled> =
+                self.order[self.tried..][..left.min(claims::MAX_TAKE_CANDIDATES)].to_vec();
+            let findings: Vec<&Finding> = ask.iter().map(|r| &r.finding).collect();
+            let take = claims::take(self.att, &findings, self.me, self.session, self.minutes)
+                .await
+                .map_err(|e| match e {
+                    // Only the key itself can refuse a take: no task can be taken with it.
+                    e @ ResolveError::KeyReadOnly { .. } => CellError::Failed(e.to_string()),
+                    e => e.into(),
+                })?;
+            let by_id = |id: &str| ask.iter().position(|r| r.finding.concept_id == id);
+            for (id, why) in &take.passed {
+                if let Some(i) = by_id(id) {
+                    let (word, held) = match why {
+                        claims::Passed::Held(h) => (ClaimWord::Held, Some(h)),
+                        claims::Passed::Closed => (ClaimWord::Closed, None),
+                    };
+                    self.note(&ask[i].finding, CandidateOutcome::Claim(word), held);
+                }
+            }
+            let Some((id, outcome)) = take.taken else {
+                self.tried += ask.len();
+                continue;
+            };
+            // The answer was checked to name a candidate held by this cell.
+            let Some(at) = by_id(&id) else { break };
+            let word = CandidateOutcome::Claim(outcome.word());
+            let (ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held }) = outcome else {
+                break;
+            };
+            let r = ask[at];
+            self.tried += at + 1;
+            self.note(&r.finding, word, Some(&held));
+            return Ok(Some((r, held)));
+        }
+        self.tried = self.order.len();
+        Ok(None)
+    }
+
+    /// The read-back path: one claim per candidate, in order, until one holds.
+    async fn by_read_back(&mut self) -> Result<Option<(&'a Recalled, Held)>, CellError> {
+        while let Some(&r) = self.order.get(self.tried) {
+            self.tried += 1;
+            let f = &r.finding;
+            let outcome = claims::claim_finding(
+                self.att,
+                f,
+                self.me,
+                self.session,
+                self.minutes,
+                ClaimAction::Claim,
+                None,
+            )
+            .await?;
+            let word = CandidateOutcome::Claim(outcome.word());
+            match outcome {
+                ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => {
+                    self.note(f, word, Some(&held));
+                    return Ok(Some((r, held)));
+                }
+                ClaimOutcome::Held { by: h } | ClaimOutcome::Lost { winner: h } => {
+                    self.note(f, word, Some(&h))
+                }
+                // A claim can only be refused for the key itself (read-only): no task can be
+                // taken.
+                ClaimOutcome::Refused { reason } => return Err(CellError::Failed(reason)),
+                ClaimOutcome::Unsettled | ClaimOutcome::Closed | ClaimOutcome::Released => {
+                    self.note(f, word, None)
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Lists a candidate; a task someone holds is worth looking at again when their claim ends.
     fn note(&mut self, f: &Finding, outcome: CandidateOutcome, held: Option<&Held>) {
         if outcome.may_come_free() {
             let at = held.map_or(now_ms() + UNSETTLED_RETRY_MS, claims::lapses_at);
             self.retry_at = Some(self.retry_at.map_or(at, |t| t.min(at)));
         }
-        self.report.candidates.push(Candidate {
+        self.candidates.push(Candidate {
             task_id: f.id().to_string(),
             concept_id: f.concept_id.clone(),
             summary: f.summary.clone(),
@@ -220,36 +367,65 @@ impl Pull<'_> {
         });
     }
 
-    /// Claims one task and sets it up; `true` once the task directory is written. A task that
-    /// cannot be set up after the claim has its claim withdrawn.
-    async fn take(&mut self, r: &Recalled, conventions: &[Convention]) -> Result<bool, CellError> {
-        let f = &r.finding;
-        let outcome = claims::claim_finding(
-            self.att,
-            f,
-            self.me,
-            &self.session,
-            self.opts.minutes,
-            ClaimAction::Claim,
-            None,
-        )
-        .await?;
-        let word = CandidateOutcome::Claim(outcome.word());
-        let held = match outcome {
-            ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => held,
-            ClaimOutcome::Held { by: h } | ClaimOutcome::Lost { winner: h } => {
-                self.note(f, word, Some(&h));
-                return Ok(false);
-            }
-            // A claim can only be refused for the key itself (read-only): no task can be taken.
-            ClaimOutcome::Refused { reason } => return Err(CellError::Failed(reason)),
-            ClaimOutcome::Unsettled | ClaimOutcome::Closed | ClaimOutcome::Released => {
-                self.note(f, word, None);
-                return Ok(false);
-            }
-        };
-        self.note(f, word, Some(&held));
+    /// The task handed out last could not be set up, and its claim was withdrawn.
+    pub fn withdrawn(&mut self, why: String) {
+        if let Some(last) = self.candidates.last_mut() {
+            last.outcome = CandidateOutcome::Withdrawn;
+            last.detail = Some(why);
+        }
+    }
 
+    /// The report so far. Nothing pulled: tasks others hold, or whose claim did not settle,
+    /// can still come free (try later); a withdrawn task (its ref is refused) or one closed
+    /// meanwhile cannot.
+    pub fn report(self, tasks: &Classified<'_>, recall_truncated: bool) -> PullReport {
+        let mut report = PullReport {
+            status: PullStatus::NothingOpen,
+            task: None,
+            retry_after: None,
+            retry_after_seconds: None,
+            candidates: self.candidates,
+            recall_truncated,
+            claim_path: self.path,
+        };
+        if tasks.open() > 0 && report.candidates.iter().any(|c| c.outcome.may_come_free()) {
+            let at = self.retry_at.unwrap_or(now_ms() + UNSETTLED_RETRY_MS);
+            report.status = PullStatus::TryLater;
+            report.retry_after = Some(rfc3339_ms(at));
+            report.retry_after_seconds = Some(((at - now_ms()).max(0) + 999) / 1000);
+        }
+        report
+    }
+}
+
+/// One pull's set-up step: what it reads besides the task.
+struct Pull<'a> {
+    opts: &'a PullOptions,
+    env: &'a Env,
+    att: &'a Attachment,
+    me: &'a str,
+    session: &'a str,
+    repository: &'a str,
+    view: &'a LedgerView,
+}
+
+/// What setting up a held task came to.
+enum SetUp {
+    Done(Box<TaskFile>),
+    /// Its ref is refused: the claim was withdrawn, and the pull goes on to the next task.
+    Withdrawn(String),
+}
+
+impl Pull<'_> {
+    /// Sets up a task this cell holds. A task that cannot be set up has its claim withdrawn:
+    /// a refused ref lets the pull go on; anything else fails it, clearing what it wrote.
+    async fn set_up(
+        &self,
+        r: &Recalled,
+        held: &Held,
+        conventions: &[Convention],
+    ) -> Result<SetUp, CellError> {
+        let f = &r.finding;
         // Past the claim: every failure withdraws it, so one bad task never blocks the fleet
         // for the claim's length.
         let trust = TrustList::new(
@@ -263,32 +439,25 @@ impl Pull<'_> {
             && let Err(refused) = validate_ref(reference)
         {
             let why = format!("ref {reference:?} refused: {refused}");
-            withdraw(self.att, f, self.me, &self.session, &why).await;
-            if let Some(last) = self.report.candidates.last_mut() {
-                last.outcome = CandidateOutcome::Withdrawn;
-                last.detail = Some(why);
-            }
-            return Ok(false);
+            withdraw(self.att, f, self.me, self.session, &why).await;
+            return Ok(SetUp::Withdrawn(why));
         }
         let setup = Setup {
             net: self.att.net(),
             repository: self.repository,
             policy: &policy,
             trust,
-            held: &held,
+            held,
             me: self.me,
-            session: &self.session,
+            session: self.session,
             reference,
         };
         match setup.run(self.opts, r, self.view).await {
-            Ok(task) => {
-                self.report.task = Some(task);
-                Ok(true)
-            }
+            Ok(task) => Ok(SetUp::Done(Box::new(task))),
             Err(why) => {
                 // The clone's own error may quote the origin whole, password and all.
                 let why = redact_url_credentials(&why);
-                withdraw(self.att, f, self.me, &self.session, &why).await;
+                withdraw(self.att, f, self.me, self.session, &why).await;
                 clear(&self.opts.work_dir);
                 clear(&self.opts.task_dir);
                 Err(CellError::Failed(format!(
@@ -297,24 +466,6 @@ impl Pull<'_> {
                 )))
             }
         }
-    }
-
-    /// No task was pulled: tasks others hold, or whose claim did not settle, can still come
-    /// free; a withdrawn task (its ref is refused) or one closed meanwhile cannot.
-    fn settle(mut self, open: usize) -> PullReport {
-        if open > 0
-            && self
-                .report
-                .candidates
-                .iter()
-                .any(|c| c.outcome.may_come_free())
-        {
-            let at = self.retry_at.unwrap_or(now_ms() + UNSETTLED_RETRY_MS);
-            self.report.status = PullStatus::TryLater;
-            self.report.retry_after = Some(rfc3339_ms(at));
-            self.report.retry_after_seconds = Some(((at - now_ms()).max(0) + 999) / 1000);
-        }
-        self.report
     }
 }
 
@@ -586,7 +737,7 @@ mod tests {
     }
 
     #[test]
-    fn open_tasks_are_sorted_mine_first_then_free_by_severity_and_age_and_held_apart() {
+    fn open_tasks_are_sorted_mine_first_then_free_by_severity_and_rendezvous_and_held_apart() {
         let mut stale = task("agf_stale", 1, Severity::Critical, "task");
         stale.finding.status = FindingStatus::Other("stale".into());
         let view = LedgerView {
@@ -617,10 +768,11 @@ mod tests {
         };
         let c = classify(&view, "me", 30_000);
         assert_eq!(ids(&c.mine), ["agf_mine"]);
-        assert_eq!(
-            ids(&c.free),
-            ["agf_high_old", "agf_high_new", "agf_low_old"]
-        );
+        // Within a severity, this cell's own order; across severities, the most severe first.
+        let mut high = ["agf_high_old", "agf_high_new"];
+        high.sort_by_key(|id| std::cmp::Reverse(claims::rendezvous("me", id)));
+        let expected = [high[0], high[1], "agf_low_old"];
+        assert_eq!(ids(&c.free), expected);
         let held: Vec<(&str, &str)> = c
             .held
             .iter()
@@ -629,10 +781,7 @@ mod tests {
         assert_eq!(held, [("agf_theirs", "other")]);
         assert_eq!(c.open(), 5);
         let order: Vec<&str> = c.to_claim().map(|r| r.finding.id()).collect();
-        assert_eq!(
-            order,
-            ["agf_mine", "agf_high_old", "agf_high_new", "agf_low_old"]
-        );
+        assert_eq!(order, ["agf_mine", expected[0], expected[1], expected[2]]);
 
         // Once their claim lapses (skew allowance included), the task is free again.
         let lapse = claims::lapses_at(&c.held[0].1);

@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// How long a producer may take to answer a forwarded pointer
     #[arg(long, value_name = "N", default_value_t = ledger_server::DEFAULT_FORWARD_TIMEOUT_MS)]
     pub forward_timeout_ms: u64,
+    /// Serve and advertise no atomic take, as a substrate without one: cells claim by read-back
+    #[arg(long)]
+    pub no_take: bool,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +127,7 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                 public_url: a.public_url,
                 producers: a.producers,
                 forward_timeout_ms: a.forward_timeout_ms,
+                take: !a.no_take,
             };
             ledger_server::serve(opts, env).await.map_err(fail)?;
         }

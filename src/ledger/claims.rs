@@ -6,7 +6,8 @@
 
 use serde::Serialize;
 
-use super::verdict::{Verdict, VerdictKind, VerdictOrigin};
+use super::finding::Finding;
+use super::verdict::{NewVerdict, Verdict, VerdictKind, VerdictOrigin};
 
 /// A claim counts as live until this long past its end, so a reader whose clock runs fast never
 /// frees a claim early (anchor: CLAIM_SKEW_MS).
@@ -153,6 +154,23 @@ mod tests {
     }
 
     #[test]
+    fn cells_started_together_mostly_try_different_tasks_first() {
+        let tasks: Vec<String> = (0..50).map(|i| format!("agf_{i:012x}")).collect();
+        let first: std::collections::BTreeSet<&String> = (0..32)
+            .map(|c| {
+                let cell = format!("metabob-mcp-{c:012x}");
+                tasks.iter().max_by_key(|t| rendezvous(&cell, t)).unwrap()
+            })
+            .collect();
+        // 32 independent uniform picks from 50 land on about 24 distinct tasks; one shared order
+        // would put all 32 on one.
+        assert!(first.len() >= 18, "{} distinct first picks", first.len());
+        // The order is a cell's own, and stable.
+        assert_eq!(rendezvous("a", "t"), rendezvous("a", "t"));
+        assert_ne!(rendezvous("a", "t"), rendezvous("b", "t"));
+    }
+
+    #[test]
     fn a_tie_goes_to_the_lower_concept_id_and_nothing_live_is_free() {
         let rows = [row(2, "b", C, 0, 10), row(1, "a", C, 0, 10)];
         assert_eq!(holder(&rows, 60_000).unwrap().holder, "a");
@@ -248,6 +266,31 @@ pub enum ClaimAction {
     Release,
 }
 
+/// The claim row `me` writes on `finding` at `now` for `minutes` (anchor: claim_row): one
+/// composition for both claim paths, so every reader sees the same rows whichever wrote them.
+pub fn claim_row<'a>(
+    finding: &'a Finding,
+    me: &str,
+    session: &str,
+    minutes: i64,
+    now: i64,
+) -> NewVerdict<'a> {
+    NewVerdict {
+        finding,
+        kind: VerdictKind::Claimed,
+        reviewed_by: Some(me.to_string()),
+        session: session.to_string(),
+        origin: VerdictOrigin::Remote,
+        lines: vec![
+            ("claim_minutes", minutes.to_string()),
+            (
+                "claim_until",
+                crate::util::rfc3339_ms(now + minutes * 60_000),
+            ),
+        ],
+    }
+}
+
 /// Pauses before each read-back; a read can miss a row written moments before.
 const READ_BACK_PAUSES_MS: [u64; 4] = [0, 150, 500, 1500];
 
@@ -256,7 +299,7 @@ const READ_BACK_PAUSES_MS: [u64; 4] = [0, 150, 500, 1500];
 /// race is withdrawn at once.
 pub async fn claim_finding(
     att: &crate::attachment::Attachment,
-    finding: &super::finding::Finding,
+    finding: &Finding,
     me: &str,
     session: &str,
     minutes: i64,
@@ -264,7 +307,7 @@ pub async fn claim_finding(
     reason: Option<&str>,
 ) -> Result<ClaimOutcome, crate::attachment::ResolveError> {
     use super::recall::verdicts_of;
-    use super::verdict::{NewVerdict, standing};
+    use super::verdict::standing;
     use crate::attachment::ResolveError;
 
     let minutes = minutes.clamp(1, MAX_CLAIM_MINUTES);
@@ -288,29 +331,16 @@ pub async fn claim_finding(
         _ => {}
     }
 
-    let (kind, lines) = match action {
-        ClaimAction::Release => (
-            VerdictKind::Withdrawn,
-            vec![("reason", reason.unwrap_or("released").to_string())],
-        ),
-        _ => (
-            VerdictKind::Claimed,
-            vec![
-                ("claim_minutes", minutes.to_string()),
-                (
-                    "claim_until",
-                    crate::util::rfc3339_ms(now + minutes * 60_000),
-                ),
-            ],
-        ),
-    };
-    let verdict = NewVerdict {
-        finding,
-        kind,
-        reviewed_by: Some(me.to_string()),
-        session: session.to_string(),
-        origin: VerdictOrigin::Remote,
-        lines,
+    let verdict = match action {
+        ClaimAction::Release => NewVerdict {
+            finding,
+            kind: VerdictKind::Withdrawn,
+            reviewed_by: Some(me.to_string()),
+            session: session.to_string(),
+            origin: VerdictOrigin::Remote,
+            lines: vec![("reason", reason.unwrap_or("released").to_string())],
+        },
+        _ => claim_row(finding, me, session, minutes, now),
     };
     let written = match write_once_more_on_give_up(att, verdict.to_pointer()).await {
         Ok(id) => id,
@@ -389,4 +419,167 @@ async fn link(att: &crate::attachment::Attachment, from: &str, finding_concept: 
     if let Err(e) = att.resolve(pointer).await {
         tracing::debug!("linking {from} to {finding_concept} failed: {e}");
     }
+}
+
+/// The atomic take (SPEC.md §The atomic take): a ledger that owns its writer can decide a claim
+/// in the same write that makes it, so it advertises this shape (anchor: TAKE_SHAPE).
+pub const TAKE_SHAPE: &str = "taskTake_write";
+
+/// The most candidates one take carries: the whole recall window a pull can see.
+pub const MAX_TAKE_CANDIDATES: usize = (super::recall::PAGE * super::recall::MAX_PAGES) as usize;
+
+/// What a take did with one candidate it passed over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Passed {
+    /// Another claimer holds it.
+    Held(Held),
+    /// Closed, no longer a task, or gone: it will not come free.
+    Closed,
+}
+
+/// A take's answer: the task claimed for us (its concept id, whether it renewed our own claim,
+/// and the claim that holds it), and the candidates before it, in order, with why each was
+/// passed over.
+#[derive(Clone, Debug, Default)]
+pub struct Take {
+    pub taken: Option<(String, ClaimOutcome)>,
+    pub passed: Vec<(String, Passed)>,
+}
+
+/// Whether the attached ledger takes tasks atomically: some vessel advertises [`TAKE_SHAPE`]
+/// (anchor: ledger_takes). A substrate that does not know the question answers no.
+pub async fn ledger_takes(att: &crate::attachment::Attachment) -> bool {
+    let pointer = serde_json::json!({ "type": "vesselCapability", "shape": TAKE_SHAPE });
+    match att
+        .resolve(pointer)
+        .await
+        .and_then(|a| a.ok("vesselCapability"))
+    {
+        Ok(body) => body
+            .get("vessels")
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|v| !v.is_empty()),
+        Err(e) => {
+            tracing::debug!("asking who takes tasks failed ({e}); claiming by read-back");
+            false
+        }
+    }
+}
+
+/// Asks the ledger to claim for `me` the first of `candidates` nobody else holds, in one write
+/// (anchor: take). The answer is read as hostile: a taken task or a passed candidate the
+/// request did not name, or a taken task not held by `me`, is refused.
+pub async fn take(
+    att: &crate::attachment::Attachment,
+    candidates: &[&Finding],
+    me: &str,
+    session: &str,
+    minutes: i64,
+) -> Result<Take, crate::attachment::ResolveError> {
+    use crate::attachment::ResolveError;
+    let ids: Vec<&str> = candidates
+        .iter()
+        .take(MAX_TAKE_CANDIDATES)
+        .map(|f| f.concept_id.as_str())
+        .collect();
+    let pointer = serde_json::json!({
+        "type": TAKE_SHAPE,
+        "take": {
+            "candidates": ids,
+            "vessel_id": me,
+            "session": session,
+            "claim_minutes": minutes.clamp(1, MAX_CLAIM_MINUTES),
+        }
+    });
+    let body = att.resolve(pointer).await?.ok(TAKE_SHAPE)?;
+    read_take(&body, &ids, me).map_err(|detail| ResolveError::Answer {
+        shape: TAKE_SHAPE.into(),
+        status: 200,
+        detail,
+    })
+}
+
+/// The longest holder name a take's answer may carry: as long as a row's header value may be.
+const MAX_HOLDER_CHARS: usize = 512;
+
+fn read_take(body: &serde_json::Value, asked: &[&str], me: &str) -> Result<Take, String> {
+    use serde_json::Value;
+    let named = |v: &Value| -> Result<String, String> {
+        let id = v.get("concept_id").and_then(Value::as_str).unwrap_or("");
+        asked
+            .iter()
+            .find(|a| **a == id)
+            .map(|a| a.to_string())
+            .ok_or_else(|| "the answer names a task that was not asked for".to_string())
+    };
+    let held = |v: &Value| -> Result<Held, String> {
+        let h = v.get("held").ok_or("a claim without its holder")?;
+        let time = |k: &str| {
+            h.get(k)
+                .and_then(Value::as_i64)
+                .filter(|t| (0..=super::row::MAX_TIME_MS).contains(t))
+                .ok_or(format!("held.{k}: not a time"))
+        };
+        let text = |k: &str| {
+            h.get(k)
+                .and_then(Value::as_str)
+                .filter(|s| {
+                    !s.is_empty() && s.chars().count() <= MAX_HOLDER_CHARS && !s.contains('\n')
+                })
+                .map(str::to_owned)
+                .ok_or(format!("held.{k}: not a name"))
+        };
+        Ok(Held {
+            holder: text("holder")?,
+            began_ms: time("began_ms")?,
+            until_ms: time("until_ms")?,
+            concept_id: text("concept_id")?,
+        })
+    };
+    let mut out = Take::default();
+    let passed = body
+        .get("passed")
+        .and_then(Value::as_array)
+        .ok_or("no passed list")?;
+    for p in passed.iter().take(asked.len()) {
+        let id = named(p)?;
+        let why = match p.get("outcome").and_then(Value::as_str) {
+            Some("held") => Passed::Held(held(p)?),
+            _ => Passed::Closed,
+        };
+        out.passed.push((id, why));
+    }
+    match body.get("taken") {
+        None | Some(Value::Null) => {}
+        Some(t) => {
+            let id = named(t)?;
+            let h = held(t)?;
+            if h.holder != me {
+                return Err(format!("the taken task is held by {}, not by us", h.holder));
+            }
+            let outcome = match t.get("outcome").and_then(Value::as_str) {
+                Some("renewed") => ClaimOutcome::Renewed { held: h },
+                _ => ClaimOutcome::Claimed { held: h },
+            };
+            out.taken = Some((id, outcome));
+        }
+    }
+    Ok(out)
+}
+
+/// This claimer's weight for a task (anchor: rendezvous): a hash of both names, so each cell
+/// orders the same tasks differently but always the same way, and cells started together
+/// spread over the open tasks instead of all trying the same one first. FNV-1a over the two
+/// names, then a 64-bit finaliser so that names differing in one character land far apart.
+pub fn rendezvous(claimer: &str, task_id: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in claimer.bytes().chain([0xff]).chain(task_id.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }

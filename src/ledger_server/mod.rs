@@ -20,6 +20,7 @@ pub mod input;
 pub mod keys;
 pub mod resolve;
 pub mod routes;
+pub mod take;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -112,6 +113,8 @@ pub struct ServeOptions {
     /// `SHAPE=URL` as given on the command line.
     pub producers: Vec<String>,
     pub forward_timeout_ms: u64,
+    /// Whether the atomic take is served and advertised (`--no-take` turns it off).
+    pub take: bool,
 }
 
 /// `~/.substrate/ledger`, the data directory when `--data` is not given.
@@ -198,6 +201,7 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         public_url,
         producers,
         forward_timeout: Duration::from_millis(opts.forward_timeout_ms),
+        take: opts.take,
         request_budget_ms: limits.request_budget_ms,
         idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
         resolves: AtomicU64::new(0),

@@ -36,6 +36,7 @@ pub const LEDGER_SHAPES: &[&str] = &[
     "activityExecutionTrace",
     "goal_verification_label_write",
     "taskBoard",
+    "taskTake_write",
 ];
 
 pub const LEDGER_VESSEL_ID: &str = "metabob-ledger";
@@ -47,6 +48,8 @@ pub struct Ledger {
     /// shape → producer URL, from `--producer`.
     pub producers: BTreeMap<String, String>,
     pub forward_timeout: Duration,
+    /// Whether `taskTake_write` is served (`ledger serve --no-take` says no).
+    pub take: bool,
     /// Each request's time budget for its database work (`METABOB_LEDGER_REQUEST_BUDGET_MS`).
     pub request_budget_ms: u64,
     /// How long a connection may sit idle or take to send a request (`METABOB_LEDGER_IDLE_TIMEOUT_MS`).
@@ -74,10 +77,12 @@ impl Ledger {
         Budget::start(self.request_budget_ms)
     }
 
-    /// Whether the ledger answers `shape` itself: one of its own, and not handed to a producer
-    /// (only goal board shapes can be, `parse_producers`).
+    /// Whether the ledger answers `shape` itself: one of its own, not handed to a producer (only
+    /// goal board shapes can be, `parse_producers`), and not the take when it is turned off.
     fn serves(&self, shape: &str) -> bool {
-        LEDGER_SHAPES.contains(&shape) && !self.producers.contains_key(shape)
+        LEDGER_SHAPES.contains(&shape)
+            && !self.producers.contains_key(shape)
+            && (self.take || shape != crate::ledger::claims::TAKE_SHAPE)
     }
 
     fn ledger_vessel(&self) -> Value {
@@ -227,6 +232,10 @@ pub async fn dispatch(
                 StatusCode::CREATED,
                 ledger.db.write(budget, move |w| req.run(w, &org)).await?,
             ))
+        }
+        crate::ledger::claims::TAKE_SHAPE if ledger.serves(&shape) => {
+            let req = super::take::TakeRequest::parse(&p, claim)?;
+            ok(ledger.db.write(budget, move |w| req.run(w, &org)).await?)
         }
         "taskBoard" => {
             let req = super::board::BoardRequest::parse(&p)?;

@@ -99,6 +99,7 @@ pub enum Refusal {
 pub const REFUSED_WRITES: &[(&str, Refusal)] = &[
     ("maintenanceLease_write", Refusal::Coordination),
     ("substrateGapLease_write", Refusal::Coordination),
+    ("taskTake_write", Refusal::Coordination),
     ("activityExecutionTrace_write", Refusal::GradedRecord),
     ("execution_write", Refusal::GradedRecord),
     ("activityTemplate_write", Refusal::LearnedState),

@@ -1,0 +1,166 @@
+//! `taskTake_write`: the atomic take (SPEC.md §The atomic take). The ledger owns its writer, so
+//! it can read a task's claim rows and write a claim in the one write that decides it: no other
+//! write comes between the read and the claim, and no read-back or withdrawal is needed. The
+//! rows it writes are the claim row and link `task pull`'s read-back path writes, composed by
+//! the same code, so every reader weighs them with the same holder rule.
+
+use rusqlite::Connection;
+use serde_json::{Map, Value, json};
+
+use super::concepts::{CreateConcept, Link, load_concept};
+use super::db::Writer;
+use super::errors::ApiError;
+use super::goals::store::task_rows;
+use super::input::Fields;
+use crate::ledger::claims::{
+    self, DEFAULT_CLAIM_MINUTES, Held, MAX_CLAIM_MINUTES, MAX_TAKE_CANDIDATES,
+};
+use crate::ledger::finding::{Finding, plain_concept_id};
+use crate::ledger::verdict::{Verdict, link_pointer, standing};
+
+/// The longest claimer or session name a take accepts, in characters.
+const MAX_NAME_CHARS: usize = 512;
+
+pub struct TakeRequest {
+    candidates: Vec<String>,
+    vessel: String,
+    session: String,
+    minutes: i64,
+    claim: Option<Value>,
+}
+
+fn name_field(d: &Fields<'_>, name: &str) -> Result<String, ApiError> {
+    let v = d.req_str(name)?;
+    if v.chars().count() > MAX_NAME_CHARS || v.chars().any(char::is_control) {
+        return Err(ApiError::bad(format!(
+            "take.{name}: one line of at most {MAX_NAME_CHARS} characters"
+        )));
+    }
+    Ok(v.trim().to_string())
+}
+
+/// Where the take stopped on one candidate.
+enum Look {
+    /// Nobody else holds it: claim it (`renew` when the claimer already does).
+    Free {
+        task: Box<Finding>,
+        rows: Vec<Verdict>,
+        renew: bool,
+    },
+    Held(Held),
+    Closed,
+}
+
+impl TakeRequest {
+    // anchor: parse-take
+    pub fn parse(p: &Fields<'_>, claim: Option<&Value>) -> Result<Self, ApiError> {
+        let d = p.req_obj("take")?;
+        let candidates = d
+            .opt_str_list("candidates")?
+            .ok_or_else(|| ApiError::bad("take.candidates: required array of concept ids"))?;
+        if candidates.is_empty() || candidates.len() > MAX_TAKE_CANDIDATES {
+            return Err(ApiError::bad(format!(
+                "take.candidates: from 1 to {MAX_TAKE_CANDIDATES} concept ids"
+            )));
+        }
+        Ok(TakeRequest {
+            candidates: candidates.iter().map(|c| plain_concept_id(c)).collect(),
+            vessel: name_field(&d, "vessel_id")?,
+            session: name_field(&d, "session")?,
+            minutes: d
+                .opt_i64_in("claim_minutes", 1, MAX_CLAIM_MINUTES)?
+                .unwrap_or(DEFAULT_CLAIM_MINUTES),
+            claim: claim.cloned(),
+        })
+    }
+
+    /// Claims the first candidate nobody else holds, in the candidates' order, and names the
+    /// ones passed over before it (anchor: run-take). Runs inside one write: what it read
+    /// cannot change before its claim is written.
+    pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
+        let now = w.tick();
+        let mut passed = Vec::new();
+        for id in &self.candidates {
+            let (task, rows, renew) = match self.look(&w.conn, org, id, now)? {
+                Look::Free { task, rows, renew } => (task, rows, renew),
+                Look::Held(h) => {
+                    passed.push(json!({ "concept_id": id, "outcome": "held", "held": h }));
+                    continue;
+                }
+                Look::Closed => {
+                    passed.push(json!({ "concept_id": id, "outcome": "closed" }));
+                    continue;
+                }
+            };
+            let held = self.claim(w, org, task, rows, now)?;
+            return Ok(json!({
+                "taken": {
+                    "concept_id": id,
+                    "outcome": if renew { "renewed" } else { "claimed" },
+                    "held": held,
+                },
+                "passed": passed,
+            }));
+        }
+        Ok(json!({ "taken": null, "passed": passed }))
+    }
+
+    fn look(&self, conn: &Connection, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
+        let concept = match load_concept(conn, org, id) {
+            Ok(c) => c,
+            Err(ApiError::ConceptNotFound(_)) => return Ok(Look::Closed),
+            Err(e) => return Err(e),
+        };
+        let task = match Finding::read(&concept) {
+            Ok(Some(f)) if f.is_task() && f.status.is_open() => f,
+            _ => return Ok(Look::Closed),
+        };
+        let rows: Vec<Verdict> = task_rows(conn, org, &task)?
+            .into_iter()
+            .map(|r| r.verdict)
+            .collect();
+        if standing(&rows).is_closed() {
+            return Ok(Look::Closed);
+        }
+        Ok(match claims::holder(&rows, now) {
+            Some(h) if h.holder != self.vessel => Look::Held(h),
+            mine => Look::Free {
+                task: Box::new(task),
+                rows,
+                renew: mine.is_some(),
+            },
+        })
+    }
+
+    /// Writes the claim row and its link, and answers the claim that now holds the task.
+    fn claim(
+        &self,
+        w: &mut Writer,
+        org: &str,
+        task: Box<Finding>,
+        mut rows: Vec<Verdict>,
+        now: i64,
+    ) -> Result<Held, ApiError> {
+        let row = claims::claim_row(&task, &self.vessel, &self.session, self.minutes, now);
+        let written = CreateConcept::parse(&fields(&row.to_pointer()), self.claim.as_ref())?
+            .insert(&w.conn, org, now)?;
+        let verdict = Verdict::read(&written).ok().flatten().ok_or_else(|| {
+            ApiError::Internal("the claim row written does not read as a claim".into())
+        })?;
+        let link = link_pointer(&verdict.concept_id, &task.concept_id);
+        Link::parse(&fields(&link), self.claim.as_ref())?.run(w, org)?;
+        rows.push(verdict);
+        match claims::holder(&rows, now) {
+            Some(h) if h.holder == self.vessel => Ok(h),
+            _ => Err(ApiError::Internal(
+                "the claim written does not hold the task".into(),
+            )),
+        }
+    }
+}
+
+/// The fields of a pointer composed here (always an object).
+fn fields(pointer: &Value) -> Fields<'_> {
+    static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+    Fields::new(pointer.as_object().unwrap_or(&EMPTY), "")
+}

@@ -1,0 +1,216 @@
+//! The atomic take (`taskTake_write`) on a real `ledger serve`: what it claims and passes over,
+//! that its rows are the ones every reader weighs, what it refuses, and the ledger that does not
+//! offer it. The races on both claim paths are in `cell.rs`.
+
+use serde_json::{Value, json};
+
+use crate::support::{Ledger, TestEnv};
+
+struct World {
+    env: TestEnv,
+    ledger: Ledger,
+    key: String,
+    url: String,
+}
+
+fn world(extra: &[&str]) -> World {
+    let env = TestEnv::new();
+    let ledger = env.ledger("take", extra);
+    let (_, key) = ledger.create_key(&env, "default", "read,write");
+    let (_, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
+    World {
+        env,
+        ledger,
+        key,
+        url,
+    }
+}
+
+impl World {
+    /// Records `n` tasks; their concept ids, oldest first.
+    fn tasks(&self, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let v = self
+                    .env
+                    .record_task(&self.url, &format!("step {i}"), "HIGH");
+                v["concept_id"].as_str().unwrap().to_string()
+            })
+            .collect()
+    }
+
+    fn take(&self, candidates: &[&str], vessel: &str) -> (u16, Value) {
+        self.ledger.resolve(
+            &self.key,
+            json!({"type": "taskTake_write", "take": {
+                "candidates": candidates, "vessel_id": vessel, "session": "s1", "claim_minutes": 30}}),
+        )
+    }
+}
+
+fn passed(v: &Value) -> Vec<(String, String)> {
+    v["passed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let by = p["held"]["holder"].as_str().unwrap_or("-");
+            (p["outcome"].as_str().unwrap().to_string(), by.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_take_claims_the_first_free_candidate_and_names_those_it_passed() {
+    let w = world(&[]);
+    let t = w.tasks(3);
+    let (status, v) = w.take(&[&t[0], &t[1], &t[2]], "cell-a");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["taken"]["concept_id"], t[0].as_str());
+    assert_eq!(v["taken"]["outcome"], "claimed");
+    assert_eq!(v["taken"]["held"]["holder"], "cell-a");
+    let held = &v["taken"]["held"];
+    assert_eq!(
+        held["until_ms"].as_i64().unwrap() - held["began_ms"].as_i64().unwrap(),
+        30 * 60_000
+    );
+    assert_eq!(passed(&v), []);
+
+    // Another cell is passed over cell-a's task and takes the next one.
+    let (_, v) = w.take(&[&t[0], &t[1]], "cell-b");
+    assert_eq!(passed(&v), [("held".to_string(), "cell-a".to_string())]);
+    assert_eq!(v["taken"]["concept_id"], t[1].as_str());
+
+    // The holder asking again renews its own claim; nobody else gets it.
+    let (_, v) = w.take(&[&t[0]], "cell-a");
+    assert_eq!(v["taken"]["outcome"], "renewed");
+    let (_, v) = w.take(&[&t[0], &t[1]], "cell-c");
+    assert_eq!(v["taken"], Value::Null);
+    assert_eq!(passed(&v).len(), 2);
+
+    // What is not an open task of this org is passed as closed: an unknown id, a non-task.
+    let (_, note) = w.ledger.resolve(
+        &w.key,
+        json!({"type": "concept_create_write", "conceptData": {
+            "content": "just a note", "shape": "memo", "source_type": "memo"}}),
+    );
+    let note = note["concept"]["id"].as_str().unwrap().to_string();
+    let (_, v) = w.take(
+        &["concept_000000000000000000000000", &note, &t[2]],
+        "cell-c",
+    );
+    assert_eq!(
+        passed(&v),
+        [
+            ("closed".to_string(), "-".to_string()),
+            ("closed".to_string(), "-".to_string())
+        ]
+    );
+    assert_eq!(v["taken"]["concept_id"], t[2].as_str());
+}
+
+#[test]
+fn a_taken_task_is_held_for_every_reader_and_its_holder_can_renew_and_release_it() {
+    let w = world(&[]);
+    let t = w.tasks(1);
+    // `task pull` takes it through the take (the ledger advertises it)...
+    let out = w.env.task_pull(&w.url, "c1", &["--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["claim_path"], "take");
+    let me = report["task"]["vessel_id"].as_str().unwrap().to_string();
+    // ...and its rows are the claim rows any reader weighs: a second cell sees it held, the
+    // ledger's own take passes over it, and the holder's heartbeat renews it.
+    let out = w.env.task_pull(&w.url, "c2", &["--json"]);
+    assert_eq!(out.code, 4, "{out:?}");
+    let (_, v) = w.take(&[&t[0]], "someone-else");
+    assert_eq!(passed(&v), [("held".to_string(), me)]);
+    let task_dir = w.env.path("c1/task").display().to_string();
+    let renew = w.env.run(&["task", "renew", "--task-dir", &task_dir]);
+    assert_eq!(renew.code, 0, "{renew:?}");
+    let release = w.env.run(&["task", "release", "--task-dir", &task_dir]);
+    assert_eq!(release.code, 0, "{release:?}");
+    let (_, v) = w.take(&[&t[0]], "someone-else");
+    assert_eq!(v["taken"]["concept_id"], t[0].as_str(), "{v}");
+}
+
+#[test]
+fn a_take_refuses_bad_input_and_other_orgs_tasks_and_read_only_keys() {
+    let w = world(&[]);
+    let t = w.tasks(1);
+    let bad = |take: Value| {
+        let (status, v) = w
+            .ledger
+            .resolve(&w.key, json!({"type": "taskTake_write", "take": take}));
+        assert_eq!(status, 400, "{v}");
+        v["detail"].as_str().unwrap().to_string()
+    };
+    let many: Vec<String> = (0..1201).map(|i| format!("concept_{i:024x}")).collect();
+    for (take, says) in [
+        (json!({"vessel_id": "a", "session": "s"}), "take.candidates"),
+        (
+            json!({"candidates": [], "vessel_id": "a", "session": "s"}),
+            "from 1 to 1200",
+        ),
+        (
+            json!({"candidates": many, "vessel_id": "a", "session": "s"}),
+            "from 1 to 1200",
+        ),
+        (
+            json!({"candidates": [t[0]], "vessel_id": "a\nreviewed_by: b", "session": "s"}),
+            "take.vessel_id: one line",
+        ),
+        (
+            json!({"candidates": [t[0]], "vessel_id": "a", "session": "s", "claim_minutes": 241}),
+            "take.claim_minutes",
+        ),
+        (
+            json!({"candidates": [t[0]], "session": "s"}),
+            "take.vessel_id",
+        ),
+    ] {
+        let detail = bad(take);
+        assert!(detail.contains(says), "{detail}");
+    }
+
+    // Another org's key sees no task of this org: passed as closed, nothing claimed.
+    let (_, other) = w.ledger.create_key(&w.env, "other", "read,write");
+    let (status, v) = w.ledger.resolve(
+        &other,
+        json!({"type": "taskTake_write", "take": {
+            "candidates": [t[0]], "vessel_id": "thief", "session": "s"}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["taken"], Value::Null);
+    assert_eq!(passed(&v), [("closed".to_string(), "-".to_string())]);
+
+    // A read-only key is refused before anything is looked at.
+    let (_, ro) = w.ledger.create_key(&w.env, "default", "read");
+    let (status, v) = w.ledger.resolve(
+        &ro,
+        json!({"type": "taskTake_write", "take": {
+            "candidates": [t[0]], "vessel_id": "a", "session": "s"}}),
+    );
+    assert_eq!(status, 403, "{v}");
+    // So the task is still free for a cell.
+    let (_, v) = w.take(&[&t[0]], "cell-a");
+    assert_eq!(v["taken"]["outcome"], "claimed");
+}
+
+#[test]
+fn a_ledger_without_the_take_neither_advertises_nor_serves_it() {
+    let w = world(&["--no-take"]);
+    let t = w.tasks(1);
+    let (_, cap) = w.ledger.resolve(
+        &w.key,
+        json!({"type": "vesselCapability", "shape": "taskTake_write"}),
+    );
+    assert_eq!(cap["vessels"], json!([]));
+    let (status, v) = w.take(&[&t[0]], "cell-a");
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(v["shape"], "taskTake_write");
+    let out = w.env.task_pull(&w.url, "c1", &["--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["claim_path"], "read_back");
+}
