@@ -147,14 +147,21 @@ fn a_take_refuses_bad_input_and_other_orgs_tasks_and_read_only_keys() {
     };
     let many: Vec<String> = (0..1201).map(|i| format!("concept_{i:024x}")).collect();
     for (take, says) in [
-        (json!({"vessel_id": "a", "session": "s"}), "take.candidates"),
+        (
+            json!({"vessel_id": "a", "session": "s"}),
+            "name candidates, a repository, or both",
+        ),
         (
             json!({"candidates": [], "vessel_id": "a", "session": "s"}),
-            "from 1 to 1200",
+            "name candidates, a repository, or both",
         ),
         (
             json!({"candidates": many, "vessel_id": "a", "session": "s"}),
-            "from 1 to 1200",
+            "take.candidates: at most 1200",
+        ),
+        (
+            json!({"repository": "x".repeat(2049), "vessel_id": "a", "session": "s"}),
+            "take.repository: longer than 2048",
         ),
         (
             json!({"candidates": [t[0]], "vessel_id": "a\nreviewed_by: b", "session": "s"}),
@@ -173,12 +180,14 @@ fn a_take_refuses_bad_input_and_other_orgs_tasks_and_read_only_keys() {
         assert!(detail.contains(says), "{detail}");
     }
 
-    // Another org's key sees no task of this org: passed as closed, nothing claimed.
+    // Another org's key sees no task of this org, named or by repository: passed as closed,
+    // nothing claimed.
     let (_, other) = w.ledger.create_key(&w.env, "other", "read,write");
+    let repository = metabob_mcp::ledger::repo_identity::identity_of_origin(&w.url);
     let (status, v) = w.ledger.resolve(
         &other,
         json!({"type": "taskTake_write", "take": {
-            "candidates": [t[0]], "vessel_id": "thief", "session": "s"}}),
+            "candidates": [t[0]], "repository": repository, "vessel_id": "thief", "session": "s"}}),
     );
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["taken"], Value::Null);
@@ -213,4 +222,86 @@ fn a_ledger_without_the_take_neither_advertises_nor_serves_it() {
     assert_eq!(out.code, 0, "{out:?}");
     let report: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(report["claim_path"], "read_back");
+}
+
+/// `n` findings of another repository, newer than anything recorded before, written
+/// concurrently: enough of them push older tasks out of a cell's recall window.
+fn fill_window(w: &World, n: usize) {
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            scope.spawn(move || {
+                for i in (t..n).step_by(8) {
+                    let content = format!(
+                        "repo: example.test/other/filler\nfiles: f{i}.py\nseverity: LOW\ncategory: style\nstatus: open\nfinding_ids: agf_{i:016x}\n\nfiller"
+                    );
+                    let (status, v) = w.ledger.resolve(
+                        &w.key,
+                        json!({"type": "concept_create_write", "conceptData": {
+                            "content": content, "summary": format!("[LOW][style] f{i}.py: filler"),
+                            "shape": "code_finding", "source_type": "metabob_annotation"}}),
+                    );
+                    assert_eq!(status, 201, "{v}");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_task_past_the_cells_recall_window_is_still_taken_and_a_refused_one_only_once() {
+    let w = world(&[]);
+    let bad = w.env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &w.url,
+        "--file",
+        "a.py",
+        "--summary",
+        "bad ref",
+        "--severity",
+        "CRITICAL",
+        "--category",
+        "task",
+        "--details",
+        "ref: -x",
+        "--json",
+    ]);
+    assert_eq!(bad.code, 0, "{bad:?}");
+    let good = w.tasks(1);
+    // The recall reads 4 pages of 300; 1,200 newer findings leave both tasks outside it.
+    fill_window(&w, 1200);
+
+    let out = w.env.task_pull(&w.url, "c1", &["--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["recall_truncated"], true);
+    assert_eq!(report["claim_path"], "take");
+    // The more severe task came first and was given back for its ref; the pull went on to
+    // the next without being handed the refused one again.
+    let outcomes: Vec<(&str, &str)> = report["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["summary"].as_str().unwrap(),
+                c["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("bad ref", "withdrawn"), ("step 0", "claimed")],
+        "{report}"
+    );
+    assert_eq!(report["task"]["concept_id"], good[0].as_str());
+
+    // On a ledger without the take the same cell sees no open task: the window's limit,
+    // which is why the take looks past it.
+    let w = world(&["--no-take"]);
+    w.tasks(1);
+    fill_window(&w, 1200);
+    let out = w.env.task_pull(&w.url, "c1", &["--json"]);
+    assert_eq!(out.code, 3, "{out:?}");
 }

@@ -18,7 +18,7 @@ use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
 use crate::ledger::finding::Finding;
 use crate::ledger::header::{Header, find_line};
 use crate::ledger::recall::{self, LedgerView, Recalled};
-use crate::ledger::repo_identity::{identity_of_origin, vessel_aliases};
+use crate::ledger::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
 use crate::ledger::row::{BadRow, RowMeta, read_rows};
 use crate::ledger::verdict::Standing;
 use crate::util::{now_ms, rfc3339_ms, write_atomic};
@@ -175,10 +175,19 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
     };
     let session = att.claim().session.clone();
     let repository = identity_of_origin(&opts.origin);
-    let view = recall::recall(&att, &vessel_aliases(&repository)).await?;
+    let aliases = vessel_aliases(&repository);
+    let view = recall::recall(&att, &aliases).await?;
     let tasks = classify(&view, &me, now_ms());
     let conventions = read_conventions(&att, &repository).await?;
-    let mut claimer = Claimer::start(&att, &tasks, &me, &session, opts.minutes).await;
+    let mut claimer = Claimer::start(
+        &att,
+        &tasks,
+        (&repository, &aliases),
+        &me,
+        &session,
+        opts.minutes,
+    )
+    .await;
     let pull = Pull {
         opts: &opts,
         env: &env,
@@ -189,7 +198,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         view: &view,
     };
     while let Some((r, held)) = claimer.next().await? {
-        match pull.set_up(r, &held, &conventions).await? {
+        match pull.set_up(&r, &held, &conventions).await? {
             SetUp::Done(task) => {
                 let mut report = claimer.report(&tasks, view.findings_truncated);
                 report.status = PullStatus::Pulled;
@@ -208,6 +217,8 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
 /// out; the fleet bench runs it alone.
 pub struct Claimer<'a> {
     att: &'a Attachment,
+    repository: &'a str,
+    aliases: &'a Aliases,
     me: &'a str,
     session: &'a str,
     minutes: i64,
@@ -215,6 +226,10 @@ pub struct Claimer<'a> {
     /// The candidates in order, and how many of them have been tried.
     order: Vec<&'a Recalled>,
     tried: usize,
+    /// The take has nothing more to offer.
+    exhausted: bool,
+    /// Tasks handed out so far: a later take never hands them out again.
+    handed: Vec<String>,
     candidates: Vec<Candidate>,
     retry_at: Option<i64>,
 }
@@ -225,6 +240,7 @@ impl<'a> Claimer<'a> {
     pub async fn start(
         att: &'a Attachment,
         tasks: &Classified<'a>,
+        (repository, aliases): (&'a str, &'a Aliases),
         me: &'a str,
         session: &'a str,
         minutes: i64,
@@ -236,12 +252,16 @@ impl<'a> Claimer<'a> {
         };
         let mut c = Claimer {
             att,
+            repository,
+            aliases,
             me,
             session,
             minutes,
             path,
             order: tasks.to_claim().collect(),
             tried: 0,
+            exhausted: false,
+            handed: Vec::new(),
             candidates: Vec::new(),
             retry_at: None,
         };
@@ -266,22 +286,29 @@ impl<'a> Claimer<'a> {
 
     /// The next task this cell holds, and the claim that holds it; `None` once no candidate is
     /// left. A lost race moves on to the next candidate at once.
-    pub async fn next(&mut self) -> Result<Option<(&'a Recalled, Held)>, CellError> {
+    pub async fn next(&mut self) -> Result<Option<(Recalled, Held)>, CellError> {
         match self.path {
             ClaimPath::Take => self.by_take().await,
             ClaimPath::ReadBack => self.by_read_back().await,
         }
     }
 
-    /// The atomic take: the ledger claims the first candidate nobody else holds and names the
-    /// ones it passed over, in one request per call.
-    async fn by_take(&mut self) -> Result<Option<(&'a Recalled, Held)>, CellError> {
-        while self.tried < self.order.len() {
+    /// The atomic take: the ledger claims the first candidate nobody else holds, or with the
+    /// last candidates, the first of the repository's other open tasks (those past this cell's
+    /// recall window), and names the candidates it passed over.
+    async fn by_take(&mut self) -> Result<Option<(Recalled, Held)>, CellError> {
+        while !self.exhausted {
             let left = self.order.len() - self.tried;
-            let ask: Vec<&'a Recalled> =
-                self.order[self.tried..][..left.min(claims::MAX_TAKE_CANDIDATES)].to_vec();
+            let n = left.min(claims::MAX_TAKE_CANDIDATES);
+            let last = n == left;
+            let ask: Vec<&'a Recalled> = self.order[self.tried..self.tried + n].to_vec();
             let findings: Vec<&Finding> = ask.iter().map(|r| &r.finding).collect();
-            let take = claims::take(self.att, &findings, self.me, self.session, self.minutes)
+            let request = claims::TakeAsk {
+                candidates: &findings,
+                repository: last.then_some(self.repository),
+                skip: &self.handed,
+            };
+            let take = claims::take(self.att, &request, self.me, self.session, self.minutes)
                 .await
                 .map_err(|e| match e {
                     // Only the key itself can refuse a take: no task can be taken with it.
@@ -298,27 +325,50 @@ impl<'a> Claimer<'a> {
                     self.note(&ask[i].finding, CandidateOutcome::Claim(word), held);
                 }
             }
-            let Some((id, outcome)) = take.taken else {
-                self.tried += ask.len();
+            let Some(taken) = take.taken else {
+                self.tried += n;
+                self.exhausted = last;
                 continue;
             };
-            // The answer was checked to name a candidate held by this cell.
-            let Some(at) = by_id(&id) else { break };
-            let word = CandidateOutcome::Claim(outcome.word());
-            let (ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held }) = outcome else {
-                break;
+            let word = CandidateOutcome::Claim(if taken.renewed {
+                ClaimWord::Renewed
+            } else {
+                ClaimWord::Claimed
+            });
+            let held = taken.held;
+            let recalled = match by_id(&taken.task.concept_id) {
+                Some(at) => {
+                    self.tried += at + 1;
+                    ask[at].clone()
+                }
+                // One of the repository's tasks this cell's recall did not reach; every
+                // candidate before it was passed over.
+                None => {
+                    self.tried += n;
+                    let files = self.aliases.map_finding(
+                        taken.task.repo.as_deref().unwrap_or_default(),
+                        &taken.task.files,
+                    );
+                    let Some(files) = files else {
+                        let why = "the ledger handed out a task of another repository";
+                        withdraw(self.att, &taken.task, self.me, self.session, why).await;
+                        return Err(CellError::Failed(format!("{why}; its claim was withdrawn")));
+                    };
+                    Recalled {
+                        files,
+                        finding: taken.task,
+                    }
+                }
             };
-            let r = ask[at];
-            self.tried += at + 1;
-            self.note(&r.finding, word, Some(&held));
-            return Ok(Some((r, held)));
+            self.handed.push(recalled.finding.concept_id.clone());
+            self.note(&recalled.finding, word, Some(&held));
+            return Ok(Some((recalled, held)));
         }
-        self.tried = self.order.len();
         Ok(None)
     }
 
     /// The read-back path: one claim per candidate, in order, until one holds.
-    async fn by_read_back(&mut self) -> Result<Option<(&'a Recalled, Held)>, CellError> {
+    async fn by_read_back(&mut self) -> Result<Option<(Recalled, Held)>, CellError> {
         while let Some(&r) = self.order.get(self.tried) {
             self.tried += 1;
             let f = &r.finding;
@@ -336,7 +386,7 @@ impl<'a> Claimer<'a> {
             match outcome {
                 ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => {
                     self.note(f, word, Some(&held));
-                    return Ok(Some((r, held)));
+                    return Ok(Some((r.clone(), held)));
                 }
                 ClaimOutcome::Held { by: h } | ClaimOutcome::Lost { winner: h } => {
                     self.note(f, word, Some(&h))

@@ -437,13 +437,29 @@ pub enum Passed {
     Closed,
 }
 
-/// A take's answer: the task claimed for us (its concept id, whether it renewed our own claim,
-/// and the claim that holds it), and the candidates before it, in order, with why each was
-/// passed over.
+/// The task a take claimed for us: as the ledger holds it, and the claim that holds it.
+#[derive(Clone, Debug)]
+pub struct Taken {
+    pub task: Finding,
+    pub held: Held,
+    /// The claimer held it already, and the take renewed its claim.
+    pub renewed: bool,
+}
+
+/// A take's answer: the task claimed for us, and the candidates passed over before it, in
+/// order, with why.
 #[derive(Clone, Debug, Default)]
 pub struct Take {
-    pub taken: Option<(String, ClaimOutcome)>,
+    pub taken: Option<Taken>,
     pub passed: Vec<(String, Passed)>,
+}
+
+/// What a take asks for: candidates in order; with a repository, that repository's other open
+/// tasks after them (the ones past the caller's recall window), except `skip`.
+pub struct TakeAsk<'a> {
+    pub candidates: &'a [&'a Finding],
+    pub repository: Option<&'a str>,
+    pub skip: &'a [String],
 }
 
 /// Whether the attached ledger takes tasks atomically: some vessel advertises [`TAKE_SHAPE`]
@@ -466,18 +482,19 @@ pub async fn ledger_takes(att: &crate::attachment::Attachment) -> bool {
     }
 }
 
-/// Asks the ledger to claim for `me` the first of `candidates` nobody else holds, in one write
-/// (anchor: take). The answer is read as hostile: a taken task or a passed candidate the
-/// request did not name, or a taken task not held by `me`, is refused.
+/// Asks the ledger to claim for `me`, in one write, the first task of `ask` nobody else holds
+/// (anchor: take). The answer is read as hostile: a passed candidate the request did not name,
+/// a taken task that is no task, or one not held by `me`, is refused.
 pub async fn take(
     att: &crate::attachment::Attachment,
-    candidates: &[&Finding],
+    ask: &TakeAsk<'_>,
     me: &str,
     session: &str,
     minutes: i64,
 ) -> Result<Take, crate::attachment::ResolveError> {
     use crate::attachment::ResolveError;
-    let ids: Vec<&str> = candidates
+    let ids: Vec<&str> = ask
+        .candidates
         .iter()
         .take(MAX_TAKE_CANDIDATES)
         .map(|f| f.concept_id.as_str())
@@ -486,6 +503,8 @@ pub async fn take(
         "type": TAKE_SHAPE,
         "take": {
             "candidates": ids,
+            "repository": ask.repository,
+            "skip": ask.skip.iter().take(MAX_TAKE_CANDIDATES).collect::<Vec<_>>(),
             "vessel_id": me,
             "session": session,
             "claim_minutes": minutes.clamp(1, MAX_CLAIM_MINUTES),
@@ -504,14 +523,6 @@ const MAX_HOLDER_CHARS: usize = 512;
 
 fn read_take(body: &serde_json::Value, asked: &[&str], me: &str) -> Result<Take, String> {
     use serde_json::Value;
-    let named = |v: &Value| -> Result<String, String> {
-        let id = v.get("concept_id").and_then(Value::as_str).unwrap_or("");
-        asked
-            .iter()
-            .find(|a| **a == id)
-            .map(|a| a.to_string())
-            .ok_or_else(|| "the answer names a task that was not asked for".to_string())
-    };
     let held = |v: &Value| -> Result<Held, String> {
         let h = v.get("held").ok_or("a claim without its holder")?;
         let time = |k: &str| {
@@ -542,26 +553,36 @@ fn read_take(body: &serde_json::Value, asked: &[&str], me: &str) -> Result<Take,
         .and_then(Value::as_array)
         .ok_or("no passed list")?;
     for p in passed.iter().take(asked.len()) {
-        let id = named(p)?;
+        let id = p.get("concept_id").and_then(Value::as_str).unwrap_or("");
+        let Some(id) = asked.iter().find(|a| **a == id) else {
+            return Err("the answer passes over a task that was not asked for".into());
+        };
         let why = match p.get("outcome").and_then(Value::as_str) {
             Some("held") => Passed::Held(held(p)?),
             _ => Passed::Closed,
         };
-        out.passed.push((id, why));
+        out.passed.push((id.to_string(), why));
     }
     match body.get("taken") {
         None | Some(Value::Null) => {}
         Some(t) => {
-            let id = named(t)?;
+            let task = match t.get("task").map(Finding::read) {
+                Some(Ok(Some(f))) if f.is_task() => f,
+                _ => return Err("the taken task does not read as a task".into()),
+            };
+            if t.get("concept_id").and_then(Value::as_str) != Some(task.concept_id.as_str()) {
+                return Err("the taken task is not the one named".into());
+            }
             let h = held(t)?;
             if h.holder != me {
                 return Err(format!("the taken task is held by {}, not by us", h.holder));
             }
-            let outcome = match t.get("outcome").and_then(Value::as_str) {
-                Some("renewed") => ClaimOutcome::Renewed { held: h },
-                _ => ClaimOutcome::Claimed { held: h },
-            };
-            out.taken = Some((id, outcome));
+            let renewed = t.get("outcome").and_then(Value::as_str) == Some("renewed");
+            out.taken = Some(Taken {
+                task,
+                held: h,
+                renewed,
+            });
         }
     }
     Ok(out)

@@ -193,7 +193,8 @@ impl CreateConcept {
     }
 
     /// Inserts the concept with creation time `now` on `conn`, inside the caller's transaction
-    /// (the goal board writes a task and its dispatch in one), and returns it as answered.
+    /// (the goal board writes a task and its dispatch in one), keeps the open-task index in
+    /// step, and returns it as answered. Every concept the ledger writes comes through here.
     pub fn insert(&self, conn: &Connection, org: &str, now: i64) -> Result<Value, ApiError> {
         let id = format!("concept_{}", random_hex(12));
         conn.execute(
@@ -214,7 +215,9 @@ impl CreateConcept {
                 self.claim
             ],
         )?;
-        load_concept(conn, org, &id)
+        let concept = load_concept(conn, org, &id)?;
+        super::open_tasks::on_insert(conn, org, &concept)?;
+        Ok(concept)
     }
 }
 

@@ -17,7 +17,7 @@ use crate::util::now_ms;
 pub const DB_FILE: &str = "ledger.db";
 
 /// Bumped with every schema change; `migrate` brings older files forward.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 // anchor: schema
 const SCHEMA_V1: &str = r#"
@@ -157,6 +157,16 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         // Version 2: the goal board's tables.
         if version < 2 {
             conn.execute_batch(super::goals::SCHEMA)?;
+        }
+        // Version 3: the open-task index, built from the rows already there.
+        if version < 3 {
+            conn.execute_batch(super::open_tasks::SCHEMA)?;
+            super::open_tasks::backfill(conn).map_err(|e| {
+                rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+                    Some(format!("building the open-task index: {e}")),
+                )
+            })?;
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
     })();

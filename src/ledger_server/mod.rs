@@ -18,6 +18,7 @@ pub mod goals;
 pub mod http;
 pub mod input;
 pub mod keys;
+pub mod open_tasks;
 pub mod resolve;
 pub mod routes;
 pub mod take;

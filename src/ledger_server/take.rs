@@ -12,17 +12,26 @@ use super::db::Writer;
 use super::errors::ApiError;
 use super::goals::store::task_rows;
 use super::input::Fields;
+use super::open_tasks;
 use crate::ledger::claims::{
     self, DEFAULT_CLAIM_MINUTES, Held, MAX_CLAIM_MINUTES, MAX_TAKE_CANDIDATES,
 };
 use crate::ledger::finding::{Finding, plain_concept_id};
+use crate::ledger::repo_identity::vessel_aliases;
 use crate::ledger::verdict::{Verdict, link_pointer, standing};
 
 /// The longest claimer or session name a take accepts, in characters.
 const MAX_NAME_CHARS: usize = 512;
+/// The longest repository identity a take accepts, as the board's origin.
+const MAX_REPOSITORY_BYTES: usize = 2048;
 
 pub struct TakeRequest {
     candidates: Vec<String>,
+    /// The repository whose other open tasks are looked at once the candidates are not free.
+    repository: Option<String>,
+    /// Tasks the caller will not take (it gave them back): never handed out from the
+    /// repository's.
+    skip: Vec<String>,
     vessel: String,
     session: String,
     minutes: i64,
@@ -55,15 +64,35 @@ impl TakeRequest {
     // anchor: parse-take
     pub fn parse(p: &Fields<'_>, claim: Option<&Value>) -> Result<Self, ApiError> {
         let d = p.req_obj("take")?;
-        let candidates = d
-            .opt_str_list("candidates")?
-            .ok_or_else(|| ApiError::bad("take.candidates: required array of concept ids"))?;
-        if candidates.is_empty() || candidates.len() > MAX_TAKE_CANDIDATES {
+        let candidates = d.opt_str_list("candidates")?.unwrap_or_default();
+        if candidates.len() > MAX_TAKE_CANDIDATES {
             return Err(ApiError::bad(format!(
-                "take.candidates: from 1 to {MAX_TAKE_CANDIDATES} concept ids"
+                "take.candidates: at most {MAX_TAKE_CANDIDATES} concept ids"
+            )));
+        }
+        let repository = d
+            .opt_str("repository")?
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        if repository.is_some_and(|r| r.len() > MAX_REPOSITORY_BYTES) {
+            return Err(ApiError::bad(format!(
+                "take.repository: longer than {MAX_REPOSITORY_BYTES} bytes"
+            )));
+        }
+        if candidates.is_empty() && repository.is_none() {
+            return Err(ApiError::bad(
+                "take: name candidates, a repository, or both",
+            ));
+        }
+        let skip = d.opt_str_list("skip")?.unwrap_or_default();
+        if skip.len() > MAX_TAKE_CANDIDATES {
+            return Err(ApiError::bad(format!(
+                "take.skip: at most {MAX_TAKE_CANDIDATES} concept ids"
             )));
         }
         Ok(TakeRequest {
+            repository: repository.map(str::to_owned),
+            skip: skip.iter().map(|c| plain_concept_id(c)).collect(),
             candidates: candidates.iter().map(|c| plain_concept_id(c)).collect(),
             vessel: name_field(&d, "vessel_id")?,
             session: name_field(&d, "session")?,
@@ -74,35 +103,65 @@ impl TakeRequest {
         })
     }
 
-    /// Claims the first candidate nobody else holds, in the candidates' order, and names the
-    /// ones passed over before it (anchor: run-take). Runs inside one write: what it read
-    /// cannot change before its claim is written.
+    /// Claims the first candidate nobody else holds, in the candidates' order, then the
+    /// repository's other open tasks in this claimer's own order, and names the ones passed
+    /// over before it (anchor: run-take). Runs inside one write: what it read cannot change
+    /// before its claim is written.
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick();
         let mut passed = Vec::new();
-        for id in &self.candidates {
+        let rest = self.rest_of_repository(&w.conn, org)?;
+        for id in self.candidates.iter().chain(&rest) {
             let (task, rows, renew) = match self.look(&w.conn, org, id, now)? {
                 Look::Free { task, rows, renew } => (task, rows, renew),
-                Look::Held(h) => {
+                // Only what the caller named is reported; the rest it never saw.
+                Look::Held(h) if self.candidates.contains(id) => {
                     passed.push(json!({ "concept_id": id, "outcome": "held", "held": h }));
                     continue;
                 }
-                Look::Closed => {
+                Look::Closed if self.candidates.contains(id) => {
                     passed.push(json!({ "concept_id": id, "outcome": "closed" }));
                     continue;
                 }
+                Look::Held(_) | Look::Closed => continue,
             };
+            let concept = load_concept(&w.conn, org, id)?;
             let held = self.claim(w, org, task, rows, now)?;
             return Ok(json!({
                 "taken": {
                     "concept_id": id,
                     "outcome": if renew { "renewed" } else { "claimed" },
                     "held": held,
+                    "task": concept,
                 },
                 "passed": passed,
             }));
         }
         Ok(json!({ "taken": null, "passed": passed }))
+    }
+
+    /// The repository's open tasks the caller did not name, from the open-task index: most
+    /// severe first, then in this claimer's own order, as `task pull` orders what it sees.
+    fn rest_of_repository(&self, conn: &Connection, org: &str) -> Result<Vec<String>, ApiError> {
+        let Some(repository) = &self.repository else {
+            return Ok(Vec::new());
+        };
+        let aliases = vessel_aliases(repository);
+        let mut rest: Vec<Finding> = open_tasks::open(conn, org)?
+            .into_iter()
+            .filter(|f| {
+                !self.candidates.contains(&f.concept_id)
+                    && !self.skip.contains(&f.concept_id)
+                    && aliases.belongs(f.repo.as_deref().unwrap_or_default(), &f.files)
+            })
+            .collect();
+        rest.sort_by_cached_key(|f| {
+            (
+                f.severity,
+                std::cmp::Reverse(claims::rendezvous(&self.vessel, f.id())),
+            )
+        });
+        Ok(rest.into_iter().map(|f| f.concept_id).collect())
     }
 
     fn look(&self, conn: &Connection, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {

@@ -1,0 +1,251 @@
+//! The open-task index (SPEC.md §The atomic take): which task concepts of an org are open, kept
+//! in step with every concept the ledger writes, so the take can find a repository's open tasks
+//! without reading every finding and verdict the org ever wrote. It is derived with the client's
+//! own readers and standing rule, and only ever narrows where the take looks: the take weighs
+//! each task it finds again before claiming it.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+
+use super::concepts::load_concept;
+use super::errors::ApiError;
+use super::goals::store::task_rows;
+use crate::ledger::finding::{FINDING_SHAPE, Finding};
+use crate::ledger::verdict::{Standing, VERDICT_SHAPE, Verdict, standing};
+
+// anchor: open-tasks-schema
+pub const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS open_tasks (
+    org_id      TEXT NOT NULL REFERENCES orgs(id),
+    concept_id  TEXT NOT NULL REFERENCES concepts(id),
+    seq         INTEGER NOT NULL,
+    PRIMARY KEY (org_id, concept_id)
+);
+CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
+"#;
+
+/// The most open tasks one take looks through, oldest first: far more than a fleet keeps open,
+/// and a bound on a take's work whatever an org wrote.
+pub const MAX_SCANNED: i64 = 10_000;
+
+/// Keeps the index in step with one concept just written on `conn` (anchor: index-concept): a
+/// task recorded open joins it; a verdict that closes a task, or holds its fix pending, takes
+/// every task it names out once the task's rows no longer stand open. Claim rows change nothing.
+pub fn on_insert(conn: &Connection, org: &str, concept: &Value) -> Result<(), ApiError> {
+    match concept.get("shape").and_then(Value::as_str) {
+        Some(FINDING_SHAPE) => {
+            if let Ok(Some(f)) = Finding::read(concept)
+                && f.is_task()
+                && f.status.is_open()
+            {
+                let seq = concept.get("seq").and_then(Value::as_i64).unwrap_or(0);
+                conn.execute(
+                    "INSERT OR IGNORE INTO open_tasks (org_id, concept_id, seq) VALUES (?1, ?2, ?3)",
+                    params![org, f.concept_id, seq],
+                )?;
+            }
+        }
+        Some(VERDICT_SHAPE) => {
+            if let Ok(Some(v)) = Verdict::read(concept)
+                && !v.kind.is_claim_row()
+            {
+                for task in tasks_named(conn, org, &v)? {
+                    refresh(conn, org, &task)?;
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The indexed tasks a verdict names by id.
+fn tasks_named(conn: &Connection, org: &str, v: &Verdict) -> Result<Vec<Finding>, ApiError> {
+    let mut out = Vec::new();
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.concept_id FROM open_tasks o JOIN concepts c ON c.id = o.concept_id
+           WHERE o.org_id = ?1
+             AND c.seq IN (SELECT rowid FROM concepts_fts WHERE concepts_fts MATCH ?2)",
+    )?;
+    for id in &v.finding_ids {
+        let Some(expr) = super::concepts::fts_query(id) else {
+            continue;
+        };
+        let ids = stmt
+            .query_map(params![org, expr], |r| r.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        for cid in ids {
+            if let Ok(Some(f)) = Finding::read(&load_concept(conn, org, &cid)?)
+                && v.concerns(&f)
+                && !out.iter().any(|o: &Finding| o.concept_id == f.concept_id)
+            {
+                out.push(f);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Takes `task` out of the index unless its rows still stand open.
+fn refresh(conn: &Connection, org: &str, task: &Finding) -> Result<(), ApiError> {
+    let rows: Vec<Verdict> = task_rows(conn, org, task)?
+        .into_iter()
+        .map(|r| r.verdict)
+        .collect();
+    if !matches!(standing(&rows), Standing::Open) {
+        conn.execute(
+            "DELETE FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
+            params![org, task.concept_id],
+        )?;
+    }
+    Ok(())
+}
+
+/// The org's indexed open tasks, oldest first, read as the client reads them; at most
+/// [`MAX_SCANNED`].
+pub fn open(conn: &Connection, org: &str) -> Result<Vec<Finding>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT concept_id FROM open_tasks WHERE org_id = ?1 ORDER BY seq LIMIT ?2",
+    )?;
+    let ids = stmt
+        .query_map(params![org, MAX_SCANNED], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Ok(Some(f)) = Finding::read(&load_concept(conn, org, &id)?) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
+/// Builds the index from what the file already holds: run once, when the schema gains it.
+pub fn backfill(conn: &Connection) -> Result<(), ApiError> {
+    let mut stmt = conn.prepare("SELECT org_id, id FROM concepts WHERE shape = ?1 ORDER BY seq")?;
+    let tasks = stmt
+        .query_map([FINDING_SHAPE], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    for (org, id) in tasks {
+        let concept = load_concept(conn, &org, &id)?;
+        on_insert(conn, &org, &concept)?;
+        if let Ok(Some(f)) = Finding::read(&concept)
+            && indexed(conn, &org, &f.concept_id)?
+        {
+            refresh(conn, &org, &f)?;
+        }
+    }
+    Ok(())
+}
+
+fn indexed(conn: &Connection, org: &str, concept_id: &str) -> Result<bool, ApiError> {
+    Ok(conn
+        .query_row(
+            "SELECT 1 FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
+            params![org, concept_id],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+    use crate::ledger::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
+    use crate::ledger_server::concepts::CreateConcept;
+    use crate::ledger_server::db::{Budget, Db};
+    use crate::ledger_server::input::Fields;
+
+    fn write(db: &Db, org: &'static str, pointer: Value) -> Value {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(db.write(Budget::start(60_000), move |w| {
+            let fields = Fields::new(pointer.as_object().unwrap(), "");
+            CreateConcept::parse(&fields, None)?.run(w, org)
+        }))
+        .unwrap()["concept"]
+            .clone()
+    }
+
+    fn task(summary: &str, category: &str) -> NewFinding {
+        NewFinding {
+            finding_ids: vec![new_finding_id()],
+            files: vec!["a.py".into()],
+            summary: summary.into(),
+            details: String::new(),
+            severity: Severity::High,
+            category: category.into(),
+            repo: "example.test/o/app".into(),
+            repo_name: "app".into(),
+            workspace: String::new(),
+            lines: None,
+            status: FindingStatus::Open,
+            recorded_by: None,
+            session: "s".into(),
+        }
+    }
+
+    fn verdict(db: &Db, f: &Finding, kind: VerdictKind) {
+        let nv = NewVerdict {
+            finding: f,
+            kind,
+            reviewed_by: Some("cell".into()),
+            session: "s".into(),
+            origin: VerdictOrigin::Remote,
+            lines: vec![("claim_minutes", "10".into())],
+        };
+        write(db, "org_a", nv.to_pointer());
+    }
+
+    fn open_summaries(db: &Db) -> Vec<String> {
+        db.with_writer(|w| open(&w.conn, "org_a"))
+            .unwrap()
+            .into_iter()
+            .map(|f| f.summary)
+            .collect()
+    }
+
+    #[test]
+    fn the_index_follows_tasks_and_their_closing_verdicts_and_is_rebuilt_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), 1).unwrap();
+        db.with_writer(|w| {
+            w.conn.execute(
+                "INSERT INTO orgs (id, name, created_at) VALUES ('org_a', 'a', 0)",
+                [],
+            )
+        })
+        .unwrap();
+        let read = |c: &Value| Finding::read(c).unwrap().unwrap();
+        let a = read(&write(&db, "org_a", task("A", "task").to_pointer()));
+        let b = read(&write(&db, "org_a", task("B", "task").to_pointer()));
+        write(&db, "org_a", task("not a task", "correctness").to_pointer());
+        assert_eq!(open_summaries(&db), [a.summary.clone(), b.summary.clone()]);
+
+        // A claim and its withdrawal leave a task open; a fix closes it.
+        verdict(&db, &a, VerdictKind::Claimed);
+        verdict(&db, &a, VerdictKind::Withdrawn);
+        assert_eq!(open_summaries(&db).len(), 2);
+        verdict(&db, &a, VerdictKind::Fixed);
+        assert_eq!(open_summaries(&db), ["B"]);
+
+        // Built again from the rows alone, the index says the same.
+        db.with_writer(|w| {
+            w.conn.execute("DELETE FROM open_tasks", [])?;
+            backfill(&w.conn).map_err(|_| rusqlite::Error::InvalidQuery)
+        })
+        .unwrap();
+        assert_eq!(open_summaries(&db), ["B"]);
+        // Another org's index is its own.
+        assert!(
+            db.with_writer(|w| open(&w.conn, "org_b"))
+                .unwrap()
+                .is_empty()
+        );
+    }
+}
