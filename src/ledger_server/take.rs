@@ -110,34 +110,48 @@ impl TakeRequest {
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick();
         let mut passed = Vec::new();
-        let rest = self.rest_of_repository(&w.conn, org)?;
-        for id in self.candidates.iter().chain(&rest) {
-            let (task, rows, renew) = match self.look(&w.conn, org, id, now)? {
-                Look::Free { task, rows, renew } => (task, rows, renew),
-                // Only what the caller named is reported; the rest it never saw.
-                Look::Held(h) if self.candidates.contains(id) => {
-                    passed.push(json!({ "concept_id": id, "outcome": "held", "held": h }));
-                    continue;
+        for id in &self.candidates {
+            match self.look(&w.conn, org, id, now)? {
+                Look::Free { task, rows, renew } => {
+                    return self.take(w, org, id, (task, rows, renew), now, passed);
                 }
-                Look::Closed if self.candidates.contains(id) => {
-                    passed.push(json!({ "concept_id": id, "outcome": "closed" }));
-                    continue;
+                Look::Held(h) => {
+                    passed.push(json!({ "concept_id": id, "outcome": "held", "held": h }))
                 }
-                Look::Held(_) | Look::Closed => continue,
-            };
-            let concept = load_concept(&w.conn, org, id)?;
-            let held = self.claim(w, org, task, rows, now)?;
-            return Ok(json!({
-                "taken": {
-                    "concept_id": id,
-                    "outcome": if renew { "renewed" } else { "claimed" },
-                    "held": held,
-                    "task": concept,
-                },
-                "passed": passed,
-            }));
+                Look::Closed => passed.push(json!({ "concept_id": id, "outcome": "closed" })),
+            }
+        }
+        // Read only once the named ones are taken: most takes never get here. What is passed
+        // over here the caller never saw, so it is not reported.
+        for id in self.rest_of_repository(&w.conn, org)? {
+            if let Look::Free { task, rows, renew } = self.look(&w.conn, org, &id, now)? {
+                return self.take(w, org, &id, (task, rows, renew), now, passed);
+            }
         }
         Ok(json!({ "taken": null, "passed": passed }))
+    }
+
+    /// Claims the free task `id` and answers the take.
+    fn take(
+        &self,
+        w: &mut Writer,
+        org: &str,
+        id: &str,
+        (task, rows, renew): (Box<Finding>, Vec<Verdict>, bool),
+        now: i64,
+        passed: Vec<Value>,
+    ) -> Result<Value, ApiError> {
+        let concept = load_concept(&w.conn, org, id)?;
+        let held = self.claim(w, org, task, rows, now)?;
+        Ok(json!({
+            "taken": {
+                "concept_id": id,
+                "outcome": if renew { "renewed" } else { "claimed" },
+                "held": held,
+                "task": concept,
+            },
+            "passed": passed,
+        }))
     }
 
     /// The repository's open tasks the caller did not name, from the open-task index: most
