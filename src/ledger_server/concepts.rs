@@ -128,11 +128,11 @@ fn edge_row(r: &Row<'_>) -> rusqlite::Result<EdgeRow> {
 
 /// The concept `id` in `org`, or `concept_not_found`.
 pub fn load_concept(conn: &Connection, org: &str, id: &str) -> Result<Value, ApiError> {
-    conn.query_row(
-        &format!("SELECT {CONCEPT_COLS} FROM concepts c WHERE c.org_id = ?1 AND c.id = ?2"),
-        params![org, id],
-        concept_json,
-    )
+    // Cached: every write reads its concept back, and every take reads several.
+    conn.prepare_cached(&format!(
+        "SELECT {CONCEPT_COLS} FROM concepts c WHERE c.org_id = ?1 AND c.id = ?2"
+    ))?
+    .query_row(params![org, id], concept_json)
     .optional()?
     .ok_or_else(|| ApiError::ConceptNotFound(id.to_string()))
 }
@@ -197,11 +197,12 @@ impl CreateConcept {
     /// step, and returns it as answered. Every concept the ledger writes comes through here.
     pub fn insert(&self, conn: &Connection, org: &str, now: i64) -> Result<Value, ApiError> {
         let id = format!("concept_{}", random_hex(12));
-        conn.execute(
+        conn.prepare_cached(
             "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer, budget, priority,
                                    created_at, updated_at, client_claim)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
-            params![
+        )?
+        .execute(params![
                 id,
                 org,
                 self.shape,

@@ -91,22 +91,22 @@ pub fn authenticate(conn: &Connection, key: &str) -> Result<KeyIdentity, ApiErro
     if !key.starts_with(KEY_PREFIX) {
         return Err(ApiError::KeyRejected("unknown key"));
     }
+    // Cached: every request asks it.
     let row = conn
-        .query_row(
+        .prepare_cached(
             "SELECT k.id, k.org_id, o.name, k.scopes, k.label, k.revoked_at
              FROM api_keys k JOIN orgs o ON o.id = k.org_id WHERE k.key_hash = ?1",
-            [sha256_hex(key.as_bytes())],
-            |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, Option<i64>>(5)?,
-                ))
-            },
-        )
+        )?
+        .query_row([sha256_hex(key.as_bytes())], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, Option<i64>>(5)?,
+            ))
+        })
         .optional()?;
     let Some((key_id, org_id, org_name, scopes, label, revoked)) = row else {
         return Err(ApiError::KeyRejected("unknown key"));
