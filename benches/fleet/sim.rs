@@ -1,0 +1,273 @@
+//! The fleet simulation: N cells in this one process, each running the cell's loop against a
+//! real `ledger serve` on loopback with the library's own code (recall, the pull's ordering and
+//! claim step, the heartbeat, the closing verdict), leaving out only the clone and the harness.
+//! A cell pulls, renews its claim once, closes the task, and pulls again until nothing is open
+//! for it; a cell told to try later waits a moment and tries again. Bounded by a deadline, after
+//! which cells stop starting work and report what they have.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metabob_mcp::attachment::Attachment;
+use metabob_mcp::cell::task_pull::{CandidateOutcome, Claimer, PullStatus, classify};
+use metabob_mcp::env::Env;
+use metabob_mcp::ledger::claims::{ClaimAction, ClaimOutcome, claim_finding};
+use metabob_mcp::ledger::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+use metabob_mcp::ledger::recall;
+use metabob_mcp::ledger::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
+use metabob_mcp::ledger::verdict::{self, NewVerdict, VerdictKind, VerdictOrigin};
+use metabob_mcp::util::now_ms;
+
+use super::{Home, Res};
+
+/// The simulated cells' repository: nothing is cloned, so it need not exist.
+const ORIGIN: &str = "https://fleet.example.invalid/sim/app.git";
+/// How many tasks are recorded at once before the cells start.
+const RECORDING: usize = 32;
+/// How long a cell told to try later waits before it pulls again (plus up to as much jitter).
+const TRY_LATER_PAUSE: Duration = Duration::from_millis(100);
+/// The most pulls in flight at once. Every pull reads the recall window whole (up to 1,200
+/// findings and 1,200 verdicts, about 10 MB once parsed), so a thousand at once would measure
+/// this process's memory, not the ledger; past this many, a cell waits its turn before its pull
+/// starts, and its pull time is counted from then.
+const PULLS_IN_FLIGHT: usize = 64;
+
+/// One simulation's figures.
+#[derive(Default)]
+pub struct SimRun {
+    /// Tasks closed, each by the cell the claim step handed it to.
+    pub closed: usize,
+    /// Tasks handed to more than one cell: must be 0.
+    pub doubles: usize,
+    /// Recorded tasks no cell closed by the end.
+    pub left_open: usize,
+    /// From the cells' start to the last close.
+    pub secs: f64,
+    pub lost_claims: usize,
+    /// Pulls that ended "try later" (a cell's exit 4).
+    pub try_later: usize,
+    /// Wall time of each pull that handed out a task: recall, ordering and claim.
+    pub pull_times: Vec<Duration>,
+    /// Failed steps, by what failed.
+    pub errors: BTreeMap<String, usize>,
+    pub timed_out: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Task id → the cells it was handed to.
+    handed: BTreeMap<String, Vec<usize>>,
+    closed: usize,
+    last_close: Option<Instant>,
+    lost_claims: usize,
+    try_later: usize,
+    pull_times: Vec<Duration>,
+    errors: BTreeMap<String, usize>,
+    timed_out: bool,
+}
+
+impl Shared {
+    fn error(&mut self, what: &str, e: impl std::fmt::Display) {
+        let kinds = self.errors.len();
+        let key = format!("{what}: {e}");
+        // A flood of distinct texts cannot fill memory: past 20 kinds they are lumped.
+        let key = if kinds >= 20 && !self.errors.contains_key(&key) {
+            format!("{what}: (other)")
+        } else {
+            key
+        };
+        *self.errors.entry(key).or_default() += 1;
+    }
+}
+
+/// Records `tasks` tasks, then runs `cells` cells until every one is done or `deadline`.
+pub async fn simulate(home: &Home, cells: usize, tasks: usize, deadline: Instant) -> Res<SimRun> {
+    let mut env = Env::new(home.vars.iter().cloned(), &home.cwd);
+    let att = metabob_mcp::cell::attach_once(&mut env, &home.cwd)
+        .await
+        .map_err(|e| format!("attach: {e}"))?;
+    let repository = identity_of_origin(ORIGIN);
+    record(&att, &repository, tasks).await?;
+
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let pulls = Arc::new(tokio::sync::Semaphore::new(PULLS_IN_FLIGHT));
+    let aliases = Arc::new(vessel_aliases(&repository));
+    let repository: Arc<str> = repository.into();
+    let start = Instant::now();
+    let mut running = tokio::task::JoinSet::new();
+    for i in 0..cells {
+        let (att, shared, pulls) = (att.clone(), shared.clone(), pulls.clone());
+        let (repository, aliases) = (repository.clone(), aliases.clone());
+        running.spawn(async move {
+            let cell = Cell {
+                i,
+                att: &att,
+                repository: &repository,
+                aliases: &aliases,
+                shared: &shared,
+                pulls: &pulls,
+            };
+            cell.run(deadline).await
+        });
+    }
+    while running.join_next().await.is_some() {}
+
+    let s = std::mem::take(&mut *shared.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(SimRun {
+        closed: s.closed,
+        doubles: s.handed.values().filter(|c| c.len() > 1).count(),
+        left_open: tasks.saturating_sub(s.closed),
+        secs: s
+            .last_close
+            .map_or(0.0, |t| t.duration_since(start).as_secs_f64()),
+        lost_claims: s.lost_claims,
+        try_later: s.try_later,
+        pull_times: s.pull_times,
+        errors: s.errors,
+        timed_out: s.timed_out,
+    })
+}
+
+/// Records the tasks as `finding record --category task` would, `RECORDING` at a time.
+async fn record(att: &Attachment, repository: &str, tasks: usize) -> Res<()> {
+    let mut writes = tokio::task::JoinSet::new();
+    for i in 0..tasks {
+        if writes.len() >= RECORDING
+            && let Some(done) = writes.join_next().await
+        {
+            done.map_err(|e| format!("record: {e}"))??;
+        }
+        let f = NewFinding {
+            finding_ids: vec![new_finding_id()],
+            files: vec![format!("src/m{}.py", i % 97)],
+            summary: format!("[HIGH][task] m{}.py: step {i}", i % 97),
+            details: String::new(),
+            severity: Severity::High,
+            category: "task".into(),
+            repo: repository.to_string(),
+            repo_name: "app".into(),
+            workspace: String::new(),
+            lines: None,
+            status: FindingStatus::Open,
+            recorded_by: Some("fleet-bench".into()),
+            session: "fleet-bench".into(),
+        };
+        let att = att.clone();
+        writes.spawn(async move {
+            metabob_mcp::ledger::write_concept(&att, f.to_pointer())
+                .await
+                .map(drop)
+                .map_err(|e| format!("record: {e}"))
+        });
+    }
+    while let Some(done) = writes.join_next().await {
+        done.map_err(|e| format!("record: {e}"))??;
+    }
+    Ok(())
+}
+
+fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One simulated cell and what it shares with the others.
+struct Cell<'a> {
+    i: usize,
+    att: &'a Attachment,
+    repository: &'a str,
+    aliases: &'a Aliases,
+    shared: &'a Mutex<Shared>,
+    pulls: &'a tokio::sync::Semaphore,
+}
+
+impl Cell<'_> {
+    /// One cell's loop: pull, renew, close, until nothing is open for it or the deadline.
+    async fn run(&self, deadline: Instant) {
+        let (i, att, repository, aliases, shared) =
+            (self.i, self.att, self.repository, self.aliases, self.shared);
+        let me = format!("sim-cell-{i:04}");
+        let session = format!("sim-session-{i:04}");
+        loop {
+            if Instant::now() >= deadline {
+                lock(shared).timed_out = true;
+                return;
+            }
+            let Ok(turn) = self.pulls.acquire().await else {
+                return;
+            };
+            let began = Instant::now();
+            let view = match recall::recall(att, aliases).await {
+                Ok(v) => v,
+                Err(e) => {
+                    drop(turn);
+                    lock(shared).error("recall", e);
+                    tokio::time::sleep(TRY_LATER_PAUSE).await;
+                    continue;
+                }
+            };
+            let tasks = classify(&view, &me, now_ms());
+            let mut claimer =
+                Claimer::start(att, &tasks, (repository, aliases), &me, &session, 60).await;
+            let next = claimer.next().await;
+            let pulled = began.elapsed();
+            drop(turn);
+            let lost = claimer
+                .candidates()
+                .iter()
+                .filter(|c| {
+                    c.outcome
+                        == CandidateOutcome::Claim(metabob_mcp::ledger::claims::ClaimWord::Lost)
+                })
+                .count();
+            lock(shared).lost_claims += lost;
+            let (task, _held) = match next {
+                Ok(Some(got)) => got,
+                Ok(None) => match claimer.report(&tasks, view.findings_truncated).status {
+                    PullStatus::TryLater => {
+                        lock(shared).try_later += 1;
+                        let jitter = u64::from(metabob_mcp::util::random_u16()) % 100;
+                        tokio::time::sleep(TRY_LATER_PAUSE + Duration::from_millis(jitter)).await;
+                        continue;
+                    }
+                    PullStatus::NothingOpen | PullStatus::Pulled => return,
+                },
+                Err(e) => {
+                    lock(shared).error("claim", e);
+                    tokio::time::sleep(TRY_LATER_PAUSE).await;
+                    continue;
+                }
+            };
+            {
+                let mut s = lock(shared);
+                s.pull_times.push(pulled);
+                s.handed
+                    .entry(task.finding.id().to_string())
+                    .or_default()
+                    .push(i);
+            }
+            let f = &task.finding;
+            match claim_finding(att, f, &me, &session, 60, ClaimAction::Renew, None).await {
+                Ok(ClaimOutcome::Renewed { .. }) => {}
+                Ok(other) => lock(shared).error("renew", other.word()),
+                Err(e) => lock(shared).error("renew", e),
+            }
+            let fix = NewVerdict {
+                finding: f,
+                kind: VerdictKind::Fixed,
+                reviewed_by: Some(me.clone()),
+                session: session.clone(),
+                origin: VerdictOrigin::Remote,
+                lines: vec![("fix", format!("commit {:040x}", now_ms()))],
+            };
+            match verdict::write(att, &fix, "fleet-bench").await {
+                Ok(_) => {
+                    let mut s = lock(shared);
+                    s.closed += 1;
+                    s.last_close = Some(Instant::now());
+                }
+                Err(e) => lock(shared).error("close", e),
+            }
+        }
+    }
+}
