@@ -1,8 +1,8 @@
 //! The open-task index (SPEC.md §The atomic take): which task concepts of an org are open, kept
 //! in step with every concept the ledger writes, so the take can find a repository's open tasks
 //! without reading every finding and verdict the org ever wrote. It is derived with the client's
-//! own readers and standing rule, and only ever narrows where the take looks: the take weighs
-//! each task it finds again before claiming it.
+//! own readers and standing rule. A task it does not hold is not open (no verdict reopens a
+//! task); one it holds is weighed again by the take before it is claimed.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
@@ -139,13 +139,11 @@ pub fn backfill(conn: &Connection) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn indexed(conn: &Connection, org: &str, concept_id: &str) -> Result<bool, ApiError> {
+/// Whether the index holds `concept_id` as one of the org's open tasks.
+pub fn indexed(conn: &Connection, org: &str, concept_id: &str) -> Result<bool, ApiError> {
     Ok(conn
-        .query_row(
-            "SELECT 1 FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
-            params![org, concept_id],
-            |_| Ok(()),
-        )
+        .prepare_cached("SELECT 1 FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2")?
+        .query_row(params![org, concept_id], |_| Ok(()))
         .optional()?
         .is_some())
 }

@@ -179,6 +179,11 @@ impl TakeRequest {
     }
 
     fn look(&self, conn: &Connection, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
+        // A task the index does not hold is not open: passed without reading its rows, so a
+        // caller whose recall still shows closed tasks as open costs one point read for each.
+        if !open_tasks::indexed(conn, org, id)? {
+            return Ok(Look::Closed);
+        }
         let concept = match load_concept(conn, org, id) {
             Ok(c) => c,
             Err(ApiError::ConceptNotFound(_)) => return Ok(Look::Closed),
