@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metabob_mcp::attachment::Attachment;
-use metabob_mcp::cell::task_pull::{CandidateOutcome, Claimer, PullStatus, classify};
+use metabob_mcp::cell::task_pull::{CandidateOutcome, ClaimPath, Claimer, PullStatus, classify};
 use metabob_mcp::env::Env;
 use metabob_mcp::ledger::claims::{ClaimAction, ClaimOutcome, claim_finding};
 use metabob_mcp::ledger::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
@@ -197,7 +197,8 @@ impl Cell<'_> {
                 return;
             };
             let began = Instant::now();
-            let view = match recall::recall(att, aliases).await {
+            let path = ClaimPath::offered(att).await;
+            let view = match recall::recall_with(att, aliases, path.joins()).await {
                 Ok(v) => v,
                 Err(e) => {
                     drop(turn);
@@ -208,7 +209,7 @@ impl Cell<'_> {
             };
             let tasks = classify(&view, &me, now_ms());
             let mut claimer =
-                Claimer::start(att, &tasks, (repository, aliases), &me, &session, 60).await;
+                Claimer::start(att, &tasks, path, (repository, aliases), &me, &session, 60);
             let next = claimer.next().await;
             let pulled = began.elapsed();
             drop(turn);

@@ -113,6 +113,27 @@ pub enum ClaimPath {
     ReadBack,
 }
 
+impl ClaimPath {
+    /// The path the attached ledger offers: the take when it advertises one. Asked on every
+    /// pull, even with nothing free, so that every report names it.
+    pub async fn offered(att: &Attachment) -> ClaimPath {
+        if claims::ledger_takes(att).await {
+            ClaimPath::Take
+        } else {
+            ClaimPath::ReadBack
+        }
+    }
+
+    /// What the pull's recall must join: on the take, the ledger weighs every task again, so
+    /// the verdicts past the window are not read.
+    pub fn joins(self) -> recall::Joins {
+        match self {
+            ClaimPath::Take => recall::Joins::WindowOnly,
+            ClaimPath::ReadBack => recall::Joins::Linked,
+        }
+    }
+}
+
 /// The open tasks of a recall, sorted before any claim is tried (anchor: classify_tasks).
 #[derive(Debug, Default)]
 pub struct Classified<'a> {
@@ -176,18 +197,19 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
     let session = att.claim().session.clone();
     let repository = identity_of_origin(&opts.origin);
     let aliases = vessel_aliases(&repository);
-    let view = recall::recall(&att, &aliases).await?;
+    let path = ClaimPath::offered(&att).await;
+    let view = recall::recall_with(&att, &aliases, path.joins()).await?;
     let tasks = classify(&view, &me, now_ms());
     let conventions = read_conventions(&att, &repository).await?;
     let mut claimer = Claimer::start(
         &att,
         &tasks,
+        path,
         (&repository, &aliases),
         &me,
         &session,
         opts.minutes,
-    )
-    .await;
+    );
     let pull = Pull {
         opts: &opts,
         env: &env,
@@ -235,21 +257,16 @@ pub struct Claimer<'a> {
 }
 
 impl<'a> Claimer<'a> {
-    /// Notes the tasks others hold and asks which path the ledger offers; asked even with
-    /// nothing free, so that every report names it.
-    pub async fn start(
+    /// A claimer on `path` over the classified tasks; notes the tasks others hold.
+    pub fn start(
         att: &'a Attachment,
         tasks: &Classified<'a>,
+        path: ClaimPath,
         (repository, aliases): (&'a str, &'a Aliases),
         me: &'a str,
         session: &'a str,
         minutes: i64,
     ) -> Claimer<'a> {
-        let path = if claims::ledger_takes(att).await {
-            ClaimPath::Take
-        } else {
-            ClaimPath::ReadBack
-        };
         let mut c = Claimer {
             att,
             repository,
