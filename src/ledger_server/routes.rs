@@ -175,14 +175,15 @@ fn nested_key(body: &[u8]) -> Option<String> {
     pointer.get("apiKey")?.as_str().map(str::to_string)
 }
 
+/// A request that names no key.
+const NO_KEY: ApiError = ApiError::KeyRejected("no API key; send Authorization: ApiKey <key>");
+
 async fn check_key(
     s: &Shared,
     budget: Budget,
     key: Option<String>,
 ) -> Result<KeyIdentity, ApiError> {
-    let key = key.ok_or(ApiError::KeyRejected(
-        "no API key; send Authorization: ApiKey <key>",
-    ))?;
+    let key = key.ok_or(NO_KEY)?;
     s.db.read_unscoped(budget, move |c| authenticate(c, &key))
         .await
 }
@@ -219,7 +220,7 @@ async fn resolve(
     s.resolves.fetch_add(1, Ordering::Relaxed);
     let body = read_body(&s, &headers, body).await?;
     let budget = s.budget();
-    let key = check_key(&s, budget, header_key(&headers)).await?;
+    let key = header_key(&headers).ok_or(NO_KEY)?;
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
