@@ -604,3 +604,73 @@ pub fn rendezvous(claimer: &str, task_id: &str) -> u64 {
     h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^ (h >> 31)
 }
+
+#[cfg(test)]
+mod take_tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn task_concept(id: &str) -> Value {
+        json!({
+            "id": id, "seq": 7, "shape": "code_finding", "source_type": "metabob_annotation",
+            "summary": "[HIGH][task] a.py: step", "created_at": "2026-12-01T00:00:00.000Z",
+            "content": "repo: example.test/o/app\nfiles: a.py\nseverity: HIGH\ncategory: task\nstatus: open\nfinding_ids: agf_0123456789abcdef\n\n",
+        })
+    }
+
+    fn held(by: &str) -> Value {
+        json!({"holder": by, "began_ms": 1_000, "until_ms": 61_000, "concept_id": "concept_c1"})
+    }
+
+    #[test]
+    fn a_take_answer_is_read_as_hostile() {
+        let asked = ["concept_a", "concept_b"];
+        let good = json!({
+            "taken": {"concept_id": "concept_b", "outcome": "claimed", "held": held("me"),
+                      "task": task_concept("concept_b")},
+            "passed": [{"concept_id": "concept_a", "outcome": "held", "held": held("other")}],
+        });
+        let take = read_take(&good, &asked, "me").unwrap();
+        let taken = take.taken.unwrap();
+        assert_eq!(taken.task.concept_id, "concept_b");
+        assert!(!taken.renewed);
+        assert_eq!(take.passed.len(), 1);
+        assert!(matches!(&take.passed[0].1, Passed::Held(h) if h.holder == "other"));
+
+        // A task past the candidates (found by repository) is accepted when it reads as a task.
+        let mut beyond = good.clone();
+        beyond["taken"]["concept_id"] = json!("concept_z");
+        beyond["taken"]["task"] = task_concept("concept_z");
+        assert!(read_take(&beyond, &asked, "me").is_ok());
+
+        let refused = |change: &dyn Fn(&mut Value), says: &str| {
+            let mut v = good.clone();
+            change(&mut v);
+            let err = read_take(&v, &asked, "me").unwrap_err();
+            assert!(err.contains(says), "{err}");
+        };
+        refused(
+            &|v| v["passed"][0]["concept_id"] = json!("concept_x"),
+            "not asked for",
+        );
+        refused(&|v| v["taken"]["held"] = held("someone-else"), "not by us");
+        refused(
+            &|v| v["taken"]["task"]["content"] = json!("category: style\n\n"),
+            "does not read as a task",
+        );
+        refused(
+            &|v| v["taken"]["concept_id"] = json!("concept_a"),
+            "not the one named",
+        );
+        refused(
+            &|v| v["taken"]["held"]["until_ms"] = json!(-5),
+            "held.until_ms",
+        );
+        refused(
+            &|v| v["taken"]["held"]["holder"] = json!("a\nb"),
+            "held.holder",
+        );
+        refused(&|v| v["passed"] = json!(null), "no passed list");
+    }
+}
