@@ -663,24 +663,14 @@ async fn ledger_writes(bench: &Bench, n: usize, secs: Duration, ticks: f64) -> R
         .as_str()
         .ok_or("key create printed no key")?
         .to_string();
-    let url = format!("{}/resolve", ledger.url);
     let pid = ledger.pid()?.to_string();
 
-    // One client per task, each limited to one idle connection: every task is one cell with its
-    // own keep-alive connection, so exactly N requests are in flight on N sockets, as N cells
-    // would make them. A shared client would open as many under this load, but its pool would
-    // be one more shared lock between the tasks, measured as if it were the ledger's. Built
-    // before the clock starts: building one is not what is measured.
+    // One keep-alive connection per task: every task is one cell with its own connection, so
+    // exactly N requests are in flight on N sockets. Opened before the clock starts.
+    let addr = ledger.url.trim_start_matches("http://").to_string();
     let mut clients = Vec::with_capacity(n);
     for _ in 0..n {
-        clients.push(
-            reqwest::Client::builder()
-                .no_proxy()
-                .pool_max_idle_per_host(1)
-                .timeout(REQUEST_LIMIT)
-                .build()
-                .map_err(|e| format!("HTTP client: {e}"))?,
-        );
+        clients.push(Conn::open(&addr).await?);
     }
     let start = Instant::now();
     let counting = start + WARMUP;
@@ -689,10 +679,7 @@ async fn ledger_writes(bench: &Bench, n: usize, secs: Duration, ticks: f64) -> R
     let tasks: Vec<_> = clients
         .into_iter()
         .enumerate()
-        .map(|(c, client)| {
-            let (url, auth) = (url.clone(), auth.clone());
-            tokio::spawn(writer(c, client, url, auth, counting, end))
-        })
+        .map(|(c, client)| tokio::spawn(writer(c, client, auth.clone(), counting, end)))
         .collect();
 
     // The counted window is [counting, end]: a write counts when its answer arrives in it, so
@@ -737,15 +724,75 @@ async fn ledger_writes(bench: &Bench, n: usize, secs: Duration, ticks: f64) -> R
     })
 }
 
-/// One client posting `concept_create_write` back to back until `end`.
-async fn writer(
-    c: usize,
-    client: reqwest::Client,
-    url: String,
-    auth: String,
-    counting: Instant,
-    end: Instant,
-) -> Tally {
+/// One keep-alive HTTP/1.1 connection, spoken by hand. The load generator shares the two cores
+/// with the ledger it measures, so it should cost as little as it can: a general client's
+/// machinery per request (pools, header maps, timers) would be measured as if it were the
+/// ledger's. Enough of HTTP/1.1 for the ledger's answers: a status line, headers, and a body
+/// of `Content-Length` bytes.
+struct Conn {
+    stream: BufReader<tokio::net::TcpStream>,
+    host: String,
+}
+
+impl Conn {
+    async fn open(addr: &str) -> Res<Conn> {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        Ok(Conn {
+            stream: BufReader::new(stream),
+            host: addr.to_string(),
+        })
+    }
+
+    /// Posts `body` to `/resolve`; the status and the body of the answer.
+    async fn resolve(&mut self, auth: &str, body: &str) -> Res<(u16, Vec<u8>)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let request = format!(
+            "POST /resolve HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.host,
+            body.len()
+        );
+        let io = async {
+            self.stream.get_mut().write_all(request.as_bytes()).await?;
+            let mut line = String::new();
+            self.stream.read_line(&mut line).await?;
+            let status: u16 = line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| std::io::Error::other(format!("status line {line:?}")))?;
+            let mut length = 0usize;
+            loop {
+                line.clear();
+                if self.stream.read_line(&mut line).await? == 0 {
+                    return Err(std::io::Error::other("the connection closed mid-answer"));
+                }
+                let header = line.trim_end();
+                if header.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().map_err(std::io::Error::other)?;
+                }
+            }
+            let mut answer = vec![0; length.min(1 << 20)];
+            self.stream.read_exact(&mut answer).await?;
+            Ok((status, answer))
+        };
+        match timeout(REQUEST_LIMIT, io).await {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => Err(format!("request: {e}")),
+            Err(_) => Err(format!("no answer within {REQUEST_LIMIT:?}")),
+        }
+    }
+}
+
+/// One connection posting `concept_create_write` back to back until `end`.
+async fn writer(c: usize, mut conn: Conn, auth: String, counting: Instant, end: Instant) -> Tally {
     let mut t = Tally::default();
     let mut i = 0u64;
     while Instant::now() < end {
@@ -761,27 +808,13 @@ async fn writer(
             }
         }});
         let sent = Instant::now();
-        let answer = client
-            .post(&url)
-            .header("Authorization", &auth)
-            .header("Content-Type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await;
-        // The body is read in full so the connection goes back for the next request.
-        let outcome = match answer {
-            Ok(resp) => {
-                let status = resp.status();
-                match resp.bytes().await {
-                    Ok(_) if status.as_u16() == 201 => Ok(()),
-                    Ok(b) => Err(format!(
-                        "HTTP {status}: {}",
-                        String::from_utf8_lossy(&b[..b.len().min(160)])
-                    )),
-                    Err(e) => Err(format!("reading the answer: {e}")),
-                }
-            }
-            Err(e) => Err(format!("request: {e}")),
+        let outcome = match conn.resolve(&auth, &body.to_string()).await {
+            Ok((201, _)) => Ok(()),
+            Ok((status, b)) => Err(format!(
+                "HTTP {status}: {}",
+                String::from_utf8_lossy(&b[..b.len().min(160)])
+            )),
+            Err(e) => Err(e),
         };
         let done = Instant::now();
         let in_window = done >= counting && done <= end;
@@ -796,8 +829,13 @@ async fn writer(
                     t.window_errors += 1;
                 }
                 t.errors.add(e);
-                // A refused connection fails at once; without a pause this would spin.
+                // A failed connection is not reused: a fresh one, after a pause so that a
+                // refused connection cannot make this spin.
                 tokio::time::sleep(Duration::from_millis(10)).await;
+                match Conn::open(&conn.host).await {
+                    Ok(fresh) => conn = fresh,
+                    Err(e) => t.errors.add(e),
+                }
             }
         }
     }

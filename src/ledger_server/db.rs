@@ -369,6 +369,11 @@ fn group_commit(writer: &Mutex<Writer>, mut jobs: tokio::sync::mpsc::Receiver<Bo
     }
 }
 
+/// One savepoint statement, prepared once per connection: every write runs three.
+fn savepoint(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
 fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
     let mut waiting: std::collections::VecDeque<Box<dyn Job>> = batch.into();
     // A panic in an earlier batch may have left its transaction open; it was never answered.
@@ -389,7 +394,7 @@ fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
             job.answer(Some(budget.exceeded()));
             continue;
         }
-        if let Err(e) = w.conn.execute_batch("SAVEPOINT job") {
+        if let Err(e) = savepoint(&w.conn, "SAVEPOINT job") {
             tracing::error!("the ledger could not open a savepoint: {e}");
             job.answer(Some(ApiError::Database));
             continue;
@@ -413,11 +418,11 @@ fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
             continue;
         }
         let undo = if ok {
-            "RELEASE job"
+            savepoint(&w.conn, "RELEASE job")
         } else {
-            "ROLLBACK TO job; RELEASE job"
+            savepoint(&w.conn, "ROLLBACK TO job").and_then(|()| savepoint(&w.conn, "RELEASE job"))
         };
-        if let Err(e) = w.conn.execute_batch(undo) {
+        if let Err(e) = undo {
             tracing::error!("the ledger could not close a savepoint: {e}");
         }
         if ok {

@@ -33,7 +33,9 @@ pub const MAX_SCANNED: i64 = 10_000;
 /// every task it names out once the task's rows no longer stand open. Claim rows change nothing.
 pub fn on_insert(conn: &Connection, org: &str, concept: &Value) -> Result<(), ApiError> {
     match concept.get("shape").and_then(Value::as_str) {
-        Some(FINDING_SHAPE) => {
+        // Only a task can join; most findings are not tasks, and a word is cheaper to look for
+        // than a whole row to read.
+        Some(FINDING_SHAPE) if mentions_task(concept) => {
             if let Ok(Some(f)) = Finding::read(concept)
                 && f.is_task()
                 && f.status.is_open()
@@ -57,6 +59,19 @@ pub fn on_insert(conn: &Connection, org: &str, concept: &Value) -> Result<(), Ap
         _ => {}
     }
     Ok(())
+}
+
+/// Whether a finding could be a task: the word appears in its content or summary, wherever
+/// [`Finding::read`] takes the category from (any case). The cheap test before the full read;
+/// it never says no to a task.
+fn mentions_task(concept: &Value) -> bool {
+    ["content", "summary"].iter().any(|k| {
+        concept.get(*k).and_then(Value::as_str).is_some_and(|t| {
+            t.as_bytes()
+                .windows(4)
+                .any(|w| w.eq_ignore_ascii_case(b"task"))
+        })
+    })
 }
 
 /// The indexed tasks a verdict names by id.
