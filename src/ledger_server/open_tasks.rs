@@ -2,7 +2,9 @@
 //! in step with every concept the ledger writes, so the take can find a repository's open tasks
 //! without reading every finding and verdict the org ever wrote. It is derived with the client's
 //! own readers and standing rule. A task it does not hold is not open (no verdict reopens a
-//! task); one it holds is weighed again by the take before it is claimed.
+//! task); one it holds is weighed again by the take before it is claimed. It also keeps, per
+//! task, the claim that the holder rule put first among the task's current claims: if that
+//! claim is live now, it holds the task now (no other live claim began earlier).
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
@@ -10,7 +12,8 @@ use serde_json::Value;
 use super::concepts::load_concept;
 use super::errors::ApiError;
 use super::goals::store::task_rows;
-use crate::ledger::finding::{FINDING_SHAPE, Finding};
+use crate::ledger::claims::{self, Held};
+use crate::ledger::finding::{FINDING_SHAPE, Finding, Severity};
 use crate::ledger::verdict::{Standing, VERDICT_SHAPE, Verdict, standing};
 
 // anchor: open-tasks-schema
@@ -19,6 +22,15 @@ CREATE TABLE IF NOT EXISTS open_tasks (
     org_id      TEXT NOT NULL REFERENCES orgs(id),
     concept_id  TEXT NOT NULL REFERENCES concepts(id),
     seq         INTEGER NOT NULL,
+    task_id     TEXT NOT NULL,
+    severity    TEXT NOT NULL,
+    repo        TEXT NOT NULL,
+    files       TEXT NOT NULL,
+    -- The claim that held it when its rows last changed (the holder rule's answer then).
+    holder      TEXT,
+    held_since  INTEGER,
+    held_until  INTEGER,
+    held_claim  TEXT,
     PRIMARY KEY (org_id, concept_id)
 );
 CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
@@ -41,16 +53,25 @@ pub fn on_insert(conn: &Connection, org: &str, concept: &Value) -> Result<(), Ap
                 && f.status.is_open()
             {
                 let seq = concept.get("seq").and_then(Value::as_i64).unwrap_or(0);
-                conn.execute(
-                    "INSERT OR IGNORE INTO open_tasks (org_id, concept_id, seq) VALUES (?1, ?2, ?3)",
-                    params![org, f.concept_id, seq],
-                )?;
+                // What ordering and the repository test need, kept beside the id so that a take
+                // weighs every open task without reading one row.
+                conn.prepare_cached(
+                    "INSERT OR IGNORE INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?
+                .execute(params![
+                    org,
+                    f.concept_id,
+                    seq,
+                    f.id(),
+                    f.severity.as_str(),
+                    f.repo.as_deref().unwrap_or_default(),
+                    serde_json::to_string(&f.files).unwrap_or_default(),
+                ])?;
             }
         }
         Some(VERDICT_SHAPE) => {
-            if let Ok(Some(v)) = Verdict::read(concept)
-                && !v.kind.is_claim_row()
-            {
+            if let Ok(Some(v)) = Verdict::read(concept) {
                 for task in tasks_named(conn, org, &v)? {
                     refresh(conn, org, &task)?;
                 }
@@ -101,7 +122,7 @@ fn tasks_named(conn: &Connection, org: &str, v: &Verdict) -> Result<Vec<Finding>
     Ok(out)
 }
 
-/// Takes `task` out of the index unless its rows still stand open.
+/// Takes `task` out of the index unless its rows still stand open, and keeps who holds it.
 fn refresh(conn: &Connection, org: &str, task: &Finding) -> Result<(), ApiError> {
     let rows: Vec<Verdict> = task_rows(conn, org, task)?
         .into_iter()
@@ -112,26 +133,80 @@ fn refresh(conn: &Connection, org: &str, task: &Finding) -> Result<(), ApiError>
             "DELETE FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
             params![org, task.concept_id],
         )?;
+        return Ok(());
     }
+    // Who holds it now, and until when: the holder rule's answer changes only with the rows,
+    // and by the clock, which a reader of these columns applies itself.
+    let held = claims::holder(&rows, i64::MIN);
+    conn.prepare_cached(
+        "UPDATE open_tasks SET holder = ?3, held_since = ?4, held_until = ?5, held_claim = ?6
+           WHERE org_id = ?1 AND concept_id = ?2",
+    )?
+    .execute(params![
+        org,
+        task.concept_id,
+        held.as_ref().map(|h| h.holder.as_str()),
+        held.as_ref().map(|h| h.began_ms),
+        held.as_ref().map(|h| h.until_ms),
+        held.as_ref().map(|h| h.concept_id.as_str()),
+    ])?;
     Ok(())
 }
 
-/// The org's indexed open tasks, oldest first, read as the client reads them; at most
-/// [`MAX_SCANNED`].
-pub fn open(conn: &Connection, org: &str) -> Result<Vec<Finding>, ApiError> {
+/// The claim the index last saw holding `concept_id`, if it is still live at `now` (the holder
+/// rule's skew allowance included); `None` when nobody's claim is, or the task is not indexed.
+pub fn held(
+    conn: &Connection,
+    org: &str,
+    concept_id: &str,
+    now: i64,
+) -> Result<Option<Held>, ApiError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT holder, held_since, held_until, held_claim FROM open_tasks
+               WHERE org_id = ?1 AND concept_id = ?2 AND holder IS NOT NULL",
+        )?
+        .query_row(params![org, concept_id], |r| {
+            Ok(Held {
+                holder: r.get(0)?,
+                began_ms: r.get(1)?,
+                until_ms: r.get(2)?,
+                concept_id: r.get(3)?,
+            })
+        })
+        .optional()?;
+    Ok(row.filter(|h| now < claims::lapses_at(h)))
+}
+
+/// One indexed open task, as the index keeps it.
+pub struct OpenTask {
+    pub concept_id: String,
+    pub task_id: String,
+    pub severity: Severity,
+    pub repo: String,
+    pub files: Vec<String>,
+}
+
+/// The org's indexed open tasks, oldest first; at most [`MAX_SCANNED`]. No concept is read.
+pub fn open(conn: &Connection, org: &str) -> Result<Vec<OpenTask>, ApiError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT concept_id FROM open_tasks WHERE org_id = ?1 ORDER BY seq LIMIT ?2",
+        "SELECT concept_id, task_id, severity, repo, files FROM open_tasks
+           WHERE org_id = ?1 ORDER BY seq LIMIT ?2",
     )?;
-    let ids = stmt
-        .query_map(params![org, MAX_SCANNED], |r| r.get::<_, String>(0))?
+    let rows = stmt
+        .query_map(params![org, MAX_SCANNED], |r| {
+            let severity: String = r.get(2)?;
+            let files: String = r.get(4)?;
+            Ok(OpenTask {
+                concept_id: r.get(0)?,
+                task_id: r.get(1)?,
+                severity: severity.parse().unwrap_or(Severity::Info),
+                repo: r.get(3)?,
+                files: serde_json::from_str(&files).unwrap_or_default(),
+            })
+        })?
         .collect::<Result<Vec<_>, _>>()?;
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Ok(Some(f)) = Finding::read(&load_concept(conn, org, &id)?) {
-            out.push(f);
-        }
-    }
-    Ok(out)
+    Ok(rows)
 }
 
 /// Builds the index from what the file already holds: run once, when the schema gains it.
@@ -215,12 +290,18 @@ mod tests {
         write(db, "org_a", nv.to_pointer());
     }
 
-    fn open_summaries(db: &Db) -> Vec<String> {
+    fn open_ids(db: &Db) -> Vec<String> {
         db.with_writer(|w| open(&w.conn, "org_a"))
             .unwrap()
             .into_iter()
-            .map(|f| f.summary)
+            .map(|t| t.task_id)
             .collect()
+    }
+
+    fn holder_now(db: &Db, f: &Finding) -> Option<String> {
+        db.with_writer(|w| held(&w.conn, "org_a", &f.concept_id, crate::util::now_ms()))
+            .unwrap()
+            .map(|h| h.holder)
     }
 
     #[test]
@@ -238,14 +319,18 @@ mod tests {
         let a = read(&write(&db, "org_a", task("A", "task").to_pointer()));
         let b = read(&write(&db, "org_a", task("B", "task").to_pointer()));
         write(&db, "org_a", task("not a task", "correctness").to_pointer());
-        assert_eq!(open_summaries(&db), [a.summary.clone(), b.summary.clone()]);
+        assert_eq!(open_ids(&db), [a.id(), b.id()]);
 
-        // A claim and its withdrawal leave a task open; a fix closes it.
+        // A claim and its withdrawal leave a task open, and the index says who holds it; a fix
+        // closes it.
         verdict(&db, &a, VerdictKind::Claimed);
+        assert_eq!(holder_now(&db, &a).as_deref(), Some("cell"));
+        assert_eq!(holder_now(&db, &b), None);
         verdict(&db, &a, VerdictKind::Withdrawn);
-        assert_eq!(open_summaries(&db).len(), 2);
+        assert_eq!(holder_now(&db, &a), None);
+        assert_eq!(open_ids(&db).len(), 2);
         verdict(&db, &a, VerdictKind::Fixed);
-        assert_eq!(open_summaries(&db), ["B"]);
+        assert_eq!(open_ids(&db), [b.id()]);
 
         // Built again from the rows alone, the index says the same.
         db.with_writer(|w| {
@@ -253,7 +338,7 @@ mod tests {
             backfill(&w.conn).map_err(|_| rusqlite::Error::InvalidQuery)
         })
         .unwrap();
-        assert_eq!(open_summaries(&db), ["B"]);
+        assert_eq!(open_ids(&db), [b.id()]);
         // Another org's index is its own.
         assert!(
             db.with_writer(|w| open(&w.conn, "org_b"))

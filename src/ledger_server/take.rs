@@ -161,18 +161,18 @@ impl TakeRequest {
             return Ok(Vec::new());
         };
         let aliases = vessel_aliases(repository);
-        let mut rest: Vec<Finding> = open_tasks::open(conn, org)?
+        let mut rest: Vec<open_tasks::OpenTask> = open_tasks::open(conn, org)?
             .into_iter()
-            .filter(|f| {
-                !self.candidates.contains(&f.concept_id)
-                    && !self.skip.contains(&f.concept_id)
-                    && aliases.belongs(f.repo.as_deref().unwrap_or_default(), &f.files)
+            .filter(|t| {
+                !self.candidates.contains(&t.concept_id)
+                    && !self.skip.contains(&t.concept_id)
+                    && aliases.belongs(&t.repo, &t.files)
             })
             .collect();
-        rest.sort_by_cached_key(|f| {
+        rest.sort_by_cached_key(|t| {
             (
-                f.severity,
-                std::cmp::Reverse(claims::rendezvous(&self.vessel, f.id())),
+                t.severity,
+                std::cmp::Reverse(claims::rendezvous(&self.vessel, &t.task_id)),
             )
         });
         Ok(rest.into_iter().map(|f| f.concept_id).collect())
@@ -183,6 +183,13 @@ impl TakeRequest {
         // caller whose recall still shows closed tasks as open costs one point read for each.
         if !open_tasks::indexed(conn, org, id)? {
             return Ok(Look::Closed);
+        }
+        // Held by another, by the claim the index saw when the task's rows last changed and
+        // still live now: that answer is the holder rule's, so the rows need not be read.
+        if let Some(h) = open_tasks::held(conn, org, id, now)?
+            && h.holder != self.vessel
+        {
+            return Ok(Look::Held(h));
         }
         let concept = match load_concept(conn, org, id) {
             Ok(c) => c,
