@@ -24,5 +24,5 @@ mod net;
 mod quickstart;
 mod refs;
 mod spec;
-mod take;
 mod support;
+mod take;
