@@ -1,6 +1,38 @@
-"""What the benches share: a client of a ledger's `/resolve`, and a sample as a Markdown row."""
+"""What the benches share: a fresh ledger to measure, a client of its `/resolve`, and a sample
+as a Markdown row."""
 
-import http.client, json, statistics, time
+import http.client, json, os, statistics, subprocess, tempfile, time
+
+
+class Ledger:
+    """A fresh `ledger serve` on a loopback port in its own temp HOME; the admin key its first
+    start wrote is `key`. A context manager: the process is killed on leaving."""
+
+    def __init__(self, bin_, prefix):
+        self.home = tempfile.mkdtemp(prefix=prefix)
+        self.env = {"PATH": os.environ["PATH"], "HOME": self.home, "RUST_LOG": "error"}
+        self.data = os.path.join(self.home, "ledger")
+        self.proc = subprocess.Popen(
+            [bin_, "ledger", "serve", "--data", self.data, "--listen", "127.0.0.1:0"],
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            url = self.proc.stdout.readline().split()[-1]
+            self.host, self.port = url.removeprefix("http://").split(":")
+            with open(os.path.join(self.home, ".substrate", "config.json")) as f:
+                self.key = json.load(f)["metabob"]["apiKey"]
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.stop()
 
 
 def pct(xs, p):

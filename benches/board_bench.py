@@ -8,11 +8,11 @@ The binary defaults to the release build at /work/target-release/release/metabob
 target/release. Rows are written through the ledger's own concept_create_write (real rows, real
 index). Prints a Markdown table for docs/benchmarks.md. Nothing here is asserted."""
 
-import argparse, json, os, subprocess, sys, tempfile, time
+import argparse, os, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_common import Client, row
+from bench_common import Client, Ledger, row
 
 CANDIDATES = ["/work/target-release/release/metabob-mcp",
               os.path.join(HERE, "..", "target", "release", "metabob-mcp")]
@@ -58,17 +58,8 @@ def main():
     ap.add_argument("--verdicts", type=int, default=10000)
     ap.add_argument("--n", type=int, default=20)
     args = ap.parse_args()
-    home = tempfile.mkdtemp(prefix="mb-board-bench-")
-    env = {"PATH": os.environ["PATH"], "HOME": home, "RUST_LOG": "error"}
-    data = os.path.join(home, "ledger")
-    ledger = subprocess.Popen(
-        [args.bin, "ledger", "serve", "--data", data, "--listen", "127.0.0.1:0"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        url = ledger.stdout.readline().split()[-1]
-        host, port = url.removeprefix("http://").split(":")
-        key = json.load(open(os.path.join(home, ".substrate", "config.json")))["metabob"]["apiKey"]
-        c = Client(host, port, key, timeout=300)
+    with Ledger(args.bin, "mb-board-bench-") as ledger:
+        c = Client(ledger.host, ledger.port, ledger.key, timeout=300)
         t = time.perf_counter()
         seed(c, args.tasks, args.verdicts)
         seeded = time.perf_counter() - t
@@ -98,9 +89,6 @@ def main():
         print(row(f"taskBoard ({args.tasks} tasks, {args.verdicts} verdict rows)", board, 1))
         print(row(f"the conceptSearch pages it reads ({-(-args.tasks // PAGE)} + "
                   f"{-(-args.verdicts // PAGE)} pages of {PAGE}), one client", searches, 1))
-    finally:
-        ledger.terminate()
-        ledger.wait()
 
 
 if __name__ == "__main__":

@@ -6,10 +6,10 @@ search while an attacker's searches run, against the same search with the ledger
 Usage: cargo build --release && python3 benches/ledger_bench.py [--n 500]
 Prints a Markdown table for docs/benchmarks.md. Nothing here is asserted; it only measures."""
 
-import argparse, json, os, sqlite3, subprocess, sys, tempfile, threading, time
+import argparse, json, os, sqlite3, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import Client, row
+from bench_common import Client, Ledger, row
 
 BIN = os.path.join(os.path.dirname(__file__), "..", "target", "release", "metabob-mcp")
 # The ledger's bounds on a search (SPEC.md, conceptSearch): the attack uses the most they allow.
@@ -107,17 +107,8 @@ def main():
                     help="attacker connections sending the longest allowed query, one run each")
     ap.add_argument("--bin", default=BIN, help="the metabob-mcp binary (default: the release build)")
     args = ap.parse_args()
-    home = tempfile.mkdtemp(prefix="mb-bench-")
-    env = {"PATH": os.environ["PATH"], "HOME": home, "RUST_LOG": "error"}
-    data = os.path.join(home, "ledger")
-    ledger = subprocess.Popen(
-        [args.bin, "ledger", "serve", "--data", data, "--listen", "127.0.0.1:0"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        url = ledger.stdout.readline().split()[-1]
-        host, port = url.removeprefix("http://").split(":")
-        cfg = json.load(open(os.path.join(home, ".substrate", "config.json")))
-        key = cfg["metabob"]["apiKey"]
+    with Ledger(args.bin, "mb-bench-") as ledger:
+        host, port, env, data = ledger.host, ledger.port, ledger.env, ledger.data
 
         attach = []
         for _ in range(args.attach_n):
@@ -126,7 +117,7 @@ def main():
                            stdout=subprocess.DEVNULL)
             attach.append(time.perf_counter() - t)
 
-        c = Client(host, port, key)
+        c = Client(host, port, ledger.key)
 
         def resolve(pointer):
             status, dt, data = c.resolve(pointer)
@@ -142,9 +133,6 @@ def main():
         search_query = [resolve({"type": "conceptSearch", "query": "null check handler", "limit": 10})
                         for _ in range(args.n)]
         attack = attack_rows(args, host, port, data, env)
-    finally:
-        ledger.kill()
-        ledger.wait()
 
     print("| measurement | runs | median ms | p90 ms | min ms |")
     print("|---|---|---|---|---|")
