@@ -77,25 +77,7 @@ fn dom_group(dom: &str, task: &str) -> Option<String> {
 }
 
 fn record_withdrawn(env: &TestEnv, url: &str) -> String {
-    let out = env.run(&[
-        "finding",
-        "record",
-        "--origin",
-        url,
-        "--file",
-        "a.py",
-        "--summary",
-        "work on a weird branch",
-        "--severity",
-        "CRITICAL",
-        "--category",
-        "task",
-        "--details",
-        "ref: -x;rm -rf",
-        "--json",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let v = env.record_task_with(url, "work on a weird branch", "CRITICAL", "ref: -x;rm -rf");
     v["finding_ids"][0].as_str().unwrap().to_string()
 }
 

@@ -847,27 +847,12 @@ fn a_squash_merge_keeps_the_fix_as_a_mention_only() {
 
 /// `finding record` of a task on `a.py` whose details name `ref: <name>`.
 fn record_task_with_ref(env: &TestEnv, url: &str, name: &str) {
-    let details = format!("ref: {name}");
-    let summary = format!("work on {name}");
-    let out = env.run(&[
-        "finding",
-        "record",
-        "--origin",
+    let v = env.record_task_with(
         url,
-        "--file",
-        "a.py",
-        "--summary",
-        &summary,
-        "--severity",
+        &format!("work on {name}"),
         "HIGH",
-        "--category",
-        "task",
-        "--details",
-        &details,
-        "--json",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("record --json");
+        &format!("ref: {name}"),
+    );
     assert_eq!(v["outcome"], "recorded", "{v}");
 }
 

@@ -250,24 +250,8 @@ fn fill_window(w: &World, n: usize) {
 #[test]
 fn a_task_past_the_cells_recall_window_is_still_taken_and_a_refused_one_only_once() {
     let w = world(&[]);
-    let bad = w.env.run(&[
-        "finding",
-        "record",
-        "--origin",
-        &w.url,
-        "--file",
-        "a.py",
-        "--summary",
-        "bad ref",
-        "--severity",
-        "CRITICAL",
-        "--category",
-        "task",
-        "--details",
-        "ref: -x",
-        "--json",
-    ]);
-    assert_eq!(bad.code, 0, "{bad:?}");
+    w.env
+        .record_task_with(&w.url, "bad ref", "CRITICAL", "ref: -x");
     let good = w.tasks(1);
     // The recall reads 4 pages of 300; 1,200 newer findings leave both tasks outside it.
     fill_window(&w, 1200);

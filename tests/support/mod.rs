@@ -108,7 +108,18 @@ impl TestEnv {
 
     /// `finding record --json` of a task on `a.py` for `origin`: what it answered.
     pub fn record_task(&self, origin: &str, summary: &str, severity: &str) -> serde_json::Value {
-        let out = self.run(&[
+        self.record_task_with(origin, summary, severity, "")
+    }
+
+    /// [`TestEnv::record_task`] with `details` (a `ref:` line, a policy line).
+    pub fn record_task_with(
+        &self,
+        origin: &str,
+        summary: &str,
+        severity: &str,
+        details: &str,
+    ) -> serde_json::Value {
+        let mut args = vec![
             "finding",
             "record",
             "--origin",
@@ -122,7 +133,11 @@ impl TestEnv {
             "--category",
             "task",
             "--json",
-        ]);
+        ];
+        if !details.is_empty() {
+            args.extend(["--details", details]);
+        }
+        let out = self.run(&args);
         assert_eq!(out.code, 0, "{out:?}");
         serde_json::from_str(&out.stdout).expect("finding record --json")
     }
