@@ -8,6 +8,8 @@ command -v openssl >/dev/null || missing+=(openssl)
 command -v tinyproxy >/dev/null || missing+=(tinyproxy)
 # The board test (tests/board.rs) loads /board in a real headless Chromium.
 command -v chromium >/dev/null || missing+=(chromium)
+# The ledger's tests run a second time on a real PostgreSQL cluster (tests/support/pg.rs).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -15,6 +17,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 cargo test --locked --test runner --lib "$@"
+# The same ledger tests on the PostgreSQL store: each ledger gets its own database of one
+# cluster the test process starts and stops.
+METABOB_TEST_STORE=postgres cargo test --locked --test runner -- ledger:: take:: concepts::
 # A third-party MCP client: the official Python SDK drives the binary the tests built.
 venv=target/mcp-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

@@ -101,8 +101,7 @@ fn a_revoked_key_is_key_rejected() {
     env.set("METABOB_API_KEY", &key)
         .set("DISCOVERY_ENDPOINT", &ledger.url);
     assert_eq!(check_json(&env, &[]).0, 0, "the new key attaches");
-    let data = ledger.data.display().to_string();
-    let out = env.run(&["ledger", "key", "revoke", &key_id, "--data", &data]);
+    let out = ledger.key(&env, &["revoke", &key_id]);
     assert_eq!(out.code, 0, "{out:?}");
     let (code, v) = check_json(&env, &[]);
     assert_eq!(code, 1);

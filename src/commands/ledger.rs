@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 
 use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
-use crate::ledger_server::{self, LedgerError, Revoked, ServeOptions};
+use crate::ledger_server::{self, LedgerError, Location, Revoked, ServeOptions};
 
 /// The embedded ledger: discovery, identity and concept-db over SQLite.
 #[derive(Debug, Args)]
@@ -23,12 +23,21 @@ pub enum LedgerCommand {
     Key(KeyArgs),
 }
 
-/// Where the ledger keeps its SQLite file.
+/// Where the ledger keeps its rows: a SQLite file in a directory, or a PostgreSQL database.
 #[derive(Debug, Args)]
 pub struct DataArg {
     /// Data directory holding ledger.db [default: ~/.substrate/ledger]
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "store")]
     pub data: Option<PathBuf>,
+    /// A PostgreSQL database instead of the SQLite file: postgres://USER[:PASSWORD]@HOST:PORT/DB.
+    /// Any number of `ledger serve` processes may share one
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "METABOB_LEDGER_STORE",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -107,11 +116,25 @@ fn fail(e: LedgerError) -> CliError {
     CliError::failure(e.to_string())
 }
 
-fn data_dir(arg: DataArg, env: &Env) -> Result<PathBuf, CliError> {
-    match arg.data {
-        Some(d) => Ok(d),
-        None => ledger_server::default_data_dir(env).map_err(fail),
+fn location(arg: DataArg, env: &Env) -> Result<Location, CliError> {
+    match (arg.store, arg.data) {
+        (Some(url), _) => Location::parse_store(&url).map_err(fail),
+        (None, Some(d)) => Ok(Location::Sqlite(d)),
+        (None, None) => ledger_server::default_data_dir(env)
+            .map(Location::Sqlite)
+            .map_err(fail),
     }
+}
+
+/// The key commands talk to the store with blocking calls (PostgreSQL's client among them),
+/// which may not run on the async runtime's own threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> Result<T, CliError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CliError::failure(format!("the key command did not finish: {e}")))?
+        .map_err(fail)
 }
 
 fn to_json(v: &impl serde::Serialize) -> String {
@@ -122,7 +145,7 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
     match args.command {
         LedgerCommand::Serve(a) => {
             let opts = ServeOptions {
-                data: data_dir(a.data, &env)?,
+                store: location(a.data, &env)?,
                 listen: a.listen,
                 public_url: a.public_url,
                 producers: a.producers,
@@ -134,9 +157,11 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
         LedgerCommand::Key(KeyArgs {
             command: KeyCommand::Create(a),
         }) => {
-            let data = data_dir(a.data, &env)?;
-            let key = ledger_server::create_key(&data, &a.org, &a.scopes, a.label.as_deref())
-                .map_err(fail)?;
+            let at = location(a.data, &env)?;
+            let (org, scopes, label) = (a.org, a.scopes, a.label);
+            let key =
+                blocking(move || ledger_server::create_key(&at, &org, &scopes, label.as_deref()))
+                    .await?;
             if a.json {
                 println!("{}", to_json(&key));
             } else {
@@ -154,7 +179,8 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
         LedgerCommand::Key(KeyArgs {
             command: KeyCommand::List(a),
         }) => {
-            let keys = ledger_server::list_keys(&data_dir(a.data, &env)?).map_err(fail)?;
+            let at = location(a.data, &env)?;
+            let keys = blocking(move || ledger_server::list_keys(&at)).await?;
             if a.json {
                 println!("{}", to_json(&keys));
             } else {
@@ -174,8 +200,9 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
         LedgerCommand::Key(KeyArgs {
             command: KeyCommand::Revoke(a),
         }) => {
-            let data = data_dir(a.data, &env)?;
-            match ledger_server::revoke_key(&data, &a.key_id).map_err(fail)? {
+            let at = location(a.data, &env)?;
+            let key_id = a.key_id.clone();
+            match blocking(move || ledger_server::revoke_key(&at, &key_id)).await? {
                 Revoked::Now => eprintln!("revoked {}", a.key_id),
                 Revoked::Already => eprintln!("{} was already revoked", a.key_id),
             }

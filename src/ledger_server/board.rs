@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use rusqlite::Connection;
 use serde_json::{Map, Value, json};
 
 use super::concepts::{MAX_LIMIT, Search};
@@ -17,6 +16,7 @@ use super::goals::reads::withdrawn_for_good;
 use super::goals::store::{self, read_task_row};
 use super::goals::walk::{self, Ending, Outcome, TaskRow, one_line};
 use super::input::Fields;
+use super::sql::Sql;
 use crate::ledger::claims;
 use crate::ledger::finding::{FINDING_SHAPE, Finding};
 use crate::ledger::repo_identity::{identity_of_origin, vessel_aliases};
@@ -64,7 +64,7 @@ impl BoardRequest {
     }
 
     // anchor: task-board
-    pub fn run(self, conn: &Connection, org: &str, now_ms: i64) -> Result<Value, ApiError> {
+    pub fn run(self, conn: Sql<'_>, org: &str, now_ms: i64) -> Result<Value, ApiError> {
         let (findings, findings_cut) = read_shape(conn, org, FINDING_SHAPE, BOARD_FINDING_ROWS)?;
         let mut tasks: Vec<Finding> = read_rows(&findings, "board task", Finding::read)
             .into_iter()
@@ -124,7 +124,7 @@ impl BoardRequest {
 /// The newest `cap` rows of `shape`, read with `conceptSearch` a page at a time, and whether
 /// older ones were left.
 fn read_shape(
-    conn: &Connection,
+    conn: Sql<'_>,
     org: &str,
     shape: &str,
     cap: i64,
@@ -283,7 +283,7 @@ impl Board {
     }
 
     /// The newest dispatches and their task's state as its walk derives it here.
-    fn goals(&self, conn: &Connection, org: &str) -> Result<Vec<Value>, ApiError> {
+    fn goals(&self, conn: Sql<'_>, org: &str) -> Result<Vec<Value>, ApiError> {
         Ok(store::newest_dispatches(conn, org, BOARD_GOALS)?
             .into_iter()
             .map(|d| {

@@ -4,14 +4,16 @@
 //! another org reads exactly like one that does not exist. Each request type parses its pointer
 //! first (`parse`, no I/O) and then runs on a connection (`run`, blocking).
 
-use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use serde_json::{Map, Value, json};
 
 use super::db::Writer;
 use super::errors::{ApiError, QueryBound};
 use super::input::Fields;
+use super::sql::{Arg, IntoArg, Row, Sql, args, json_text};
 use crate::ledger::finding::plain_concept_id;
+use crate::ledger::header::Header;
+use crate::ledger::row::MAX_IDS_PER_ROW;
+use crate::ledger::verdict::VERDICT_SHAPE;
 use crate::util::{random_hex, rfc3339_ms};
 
 pub const EDGE_TYPES: &[&str] = &[
@@ -53,33 +55,29 @@ const RELEVANCE_SQL: &str = "((c.times_succeeded + 1.0) / (c.times_loaded + 2.0)
 const CONCEPT_COLS: &str = "c.seq, c.id, c.shape, c.source_type, c.summary, c.content, c.pointer, c.budget, \
      c.priority, c.times_loaded, c.times_succeeded, c.times_failed, c.created_at, c.updated_at, c.client_claim";
 
-fn parse_json_text(text: Option<String>) -> Option<Value> {
-    text.and_then(|t| serde_json::from_str(&t).ok())
-}
-
 /// The concept object every shape answers with.
 // anchor: concept_json
-fn concept_json(r: &Row<'_>) -> rusqlite::Result<Value> {
+fn concept_json(r: &Row<'_>) -> Result<Value, ApiError> {
     let loaded: i64 = r.get(9)?;
     let succeeded: i64 = r.get(10)?;
     let mut obj = json!({
-        "id": r.get::<_, String>(1)?,
-        "shape": r.get::<_, String>(2)?,
-        "source_type": r.get::<_, String>(3)?,
-        "summary": r.get::<_, String>(4)?,
-        "content": r.get::<_, String>(5)?,
-        "pointer": parse_json_text(r.get(6)?).unwrap_or(Value::Null),
-        "budget": r.get::<_, Option<i64>>(7)?,
-        "priority": r.get::<_, f64>(8)?,
+        "id": r.get::<String>(1)?,
+        "shape": r.get::<String>(2)?,
+        "source_type": r.get::<String>(3)?,
+        "summary": r.get::<String>(4)?,
+        "content": r.get::<String>(5)?,
+        "pointer": json_text(r.get(6)?).unwrap_or(Value::Null),
+        "budget": r.get::<Option<i64>>(7)?,
+        "priority": r.get::<f64>(8)?,
         "relevance": relevance(succeeded, loaded),
         "times_loaded": loaded,
         "times_succeeded": succeeded,
-        "times_failed": r.get::<_, i64>(11)?,
+        "times_failed": r.get::<i64>(11)?,
         "created_at": rfc3339_ms(r.get(12)?),
         "updated_at": rfc3339_ms(r.get(13)?),
-        "seq": r.get::<_, i64>(0)?,
+        "seq": r.get::<i64>(0)?,
     });
-    if let Some(claim) = parse_json_text(r.get(14)?) {
+    if let Some(claim) = json_text(r.get(14)?) {
         obj["client_claim"] = claim;
     }
     Ok(obj)
@@ -97,23 +95,23 @@ struct EdgeRow {
     seq: i64,
 }
 
-fn edge_row(r: &Row<'_>) -> rusqlite::Result<EdgeRow> {
+fn edge_row(r: &Row<'_>) -> Result<EdgeRow, ApiError> {
     let from_id: String = r.get(1)?;
     let to_id: String = r.get(2)?;
     let weight: f64 = r.get(4)?;
     let traversal_count: i64 = r.get(5)?;
     let mut json = json!({
-        "id": r.get::<_, String>(0)?,
+        "id": r.get::<String>(0)?,
         "from_concept_id": from_id,
         "to_concept_id": to_id,
-        "edge_type": r.get::<_, String>(3)?,
+        "edge_type": r.get::<String>(3)?,
         "weight": weight,
         "traversal_count": traversal_count,
-        "description": r.get::<_, Option<String>>(6)?,
+        "description": r.get::<Option<String>>(6)?,
         "created_at": rfc3339_ms(r.get(7)?),
         "updated_at": rfc3339_ms(r.get(8)?),
     });
-    if let Some(claim) = parse_json_text(r.get(9)?) {
+    if let Some(claim) = json_text(r.get(9)?) {
         json["client_claim"] = claim;
     }
     Ok(EdgeRow {
@@ -127,13 +125,13 @@ fn edge_row(r: &Row<'_>) -> rusqlite::Result<EdgeRow> {
 }
 
 /// The concept `id` in `org`, or `concept_not_found`.
-pub fn load_concept(conn: &Connection, org: &str, id: &str) -> Result<Value, ApiError> {
+pub fn load_concept(conn: Sql<'_>, org: &str, id: &str) -> Result<Value, ApiError> {
     // Cached: every write reads its concept back, and every take reads several.
-    conn.prepare_cached(&format!(
-        "SELECT {CONCEPT_COLS} FROM concepts c WHERE c.org_id = ?1 AND c.id = ?2"
-    ))?
-    .query_row(params![org, id], concept_json)
-    .optional()?
+    conn.query_opt(
+        &format!("SELECT {CONCEPT_COLS} FROM concepts c WHERE c.org_id = ?1 AND c.id = ?2"),
+        args![org, id],
+        concept_json,
+    )?
     .ok_or_else(|| ApiError::ConceptNotFound(id.to_string()))
 }
 
@@ -185,24 +183,40 @@ impl CreateConcept {
         })
     }
 
+    /// Takes the holder lock of every finding a verdict row names, then the creation time, then
+    /// writes: so on PostgreSQL two rows about one finding are numbered and stamped in the
+    /// order they commit (SPEC.md §Claim order on each store).
     // anchor: create-concept
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
-        let now = w.tick();
-        let concept = self.insert(&w.conn, org, now)?;
+        w.sql().lock_holders(org, &self.holder_ids())?;
+        let now = w.tick()?;
+        let concept = self.insert(w.sql(), org, now)?;
         Ok(json!({ "concept": concept }))
+    }
+
+    /// The finding ids whose holder this row may change: the ones a verdict row names (a claim
+    /// is one). Read from the header as the client writes it; bounded as any row's ids are.
+    fn holder_ids(&self) -> Vec<String> {
+        if self.shape != VERDICT_SHAPE {
+            return Vec::new();
+        }
+        let mut ids = Header::parse(&self.content).list("finding_ids");
+        ids.truncate(MAX_IDS_PER_ROW);
+        ids
     }
 
     /// Inserts the concept with creation time `now` on `conn`, inside the caller's transaction
     /// (the goal board writes a task and its dispatch in one), keeps the open-task index in
-    /// step, and returns it as answered. Every concept the ledger writes comes through here.
-    pub fn insert(&self, conn: &Connection, org: &str, now: i64) -> Result<Value, ApiError> {
+    /// step, and returns it as answered. Every concept the ledger writes comes through here,
+    /// a verdict row under its findings' holder locks (taken here when the caller has not).
+    pub fn insert(&self, conn: Sql<'_>, org: &str, now: i64) -> Result<Value, ApiError> {
+        conn.lock_holders(org, &self.holder_ids())?;
         let id = format!("concept_{}", random_hex(12));
-        conn.prepare_cached(
+        conn.execute(
             "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer, budget, priority,
                                    created_at, updated_at, client_claim)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
-        )?
-        .execute(params![
+            args![
                 id,
                 org,
                 self.shape,
@@ -243,7 +257,7 @@ pub fn max_query_bytes() -> usize {
 }
 
 /// The searchable words of query text: whitespace-separated words holding a letter or a digit.
-fn query_terms(text: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn query_terms(text: &str) -> impl Iterator<Item = &str> {
     text.split_whitespace()
         .filter(|w| w.chars().any(char::is_alphanumeric))
 }
@@ -276,16 +290,6 @@ pub fn check_query(text: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Turns arbitrary text into an FTS5 expression that cannot be a syntax error: each word becomes
-/// a quoted phrase, and any phrase may match. `None` when nothing searchable remains.
-// anchor: fts_query
-pub fn fts_query(text: &str) -> Option<String> {
-    let terms: Vec<String> = query_terms(text)
-        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
-        .collect();
-    (!terms.is_empty()).then(|| terms.join(" OR "))
-}
-
 impl Search {
     pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
         Ok(Search {
@@ -305,54 +309,51 @@ impl Search {
     }
 
     // anchor: concept-search
-    pub fn run(self, conn: &Connection, org: &str) -> Result<Value, ApiError> {
+    pub fn run(self, conn: Sql<'_>, org: &str) -> Result<Value, ApiError> {
         let mode = if self.query.is_some() {
             "query"
         } else {
             "list"
         };
         let mut clauses = vec!["c.org_id = ?".to_string()];
-        let mut args: Vec<SqlValue> = vec![org.to_string().into()];
+        let mut args: Vec<Arg> = vec![org.arg()];
         if let Some(shape) = self.shape {
             clauses.push("c.shape = ?".into());
-            args.push(shape.into());
+            args.push(shape.arg());
         }
         if let Some(st) = self.source_type {
             clauses.push("c.source_type = ?".into());
-            args.push(st.into());
+            args.push(st.arg());
         }
         if let Some(min) = self.min_relevance {
             clauses.push(format!("{RELEVANCE_SQL} >= ?"));
-            args.push(min.into());
+            args.push(min.arg());
         }
         if let Some(q) = &self.query {
-            match fts_query(q) {
-                Some(expr) => {
-                    clauses.push(
-                        "c.seq IN (SELECT rowid FROM concepts_fts WHERE concepts_fts MATCH ?)"
-                            .into(),
-                    );
-                    args.push(expr.into());
+            match conn.fts_filter("c.", args.len() + 1, q) {
+                Some((filter, words)) => {
+                    clauses.push(filter);
+                    args.extend(words);
                 }
                 // Only punctuation: nothing can match, and that is an answer, not an error.
-                None => clauses.push("0".into()),
+                None => clauses.push("1 = 0".into()),
             }
         }
         let filter = clauses.join(" AND ");
-        let total: i64 = conn.query_row(
+        let total: i64 = conn.value(
             &format!("SELECT count(*) FROM concepts c WHERE {filter}"),
-            params_from_iter(args.iter()),
-            |r| r.get(0),
+            &args,
         )?;
-        args.push(self.limit.into());
-        args.push(self.offset.into());
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {CONCEPT_COLS} FROM concepts c WHERE {filter}
-             ORDER BY {RELEVANCE_SQL} DESC, c.seq DESC LIMIT ? OFFSET ?"
-        ))?;
-        let concepts = stmt
-            .query_map(params_from_iter(args.iter()), concept_json)?
-            .collect::<Result<Vec<_>, _>>()?;
+        args.push(self.limit.arg());
+        args.push(self.offset.arg());
+        let concepts = conn.query(
+            &format!(
+                "SELECT {CONCEPT_COLS} FROM concepts c WHERE {filter}
+                 ORDER BY {RELEVANCE_SQL} DESC, c.seq DESC LIMIT ? OFFSET ?"
+            ),
+            &args,
+            concept_json,
+        )?;
         Ok(json!({
             "mode": mode,
             "concepts": concepts,
@@ -374,7 +375,7 @@ pub struct Graph {
 }
 
 fn edges_touching(
-    conn: &Connection,
+    conn: Sql<'_>,
     org: &str,
     column: &str,
     id: &str,
@@ -382,20 +383,17 @@ fn edges_touching(
     limit: i64,
 ) -> Result<Vec<EdgeRow>, ApiError> {
     let mut sql = format!("SELECT {EDGE_COLS} FROM edges e WHERE e.org_id = ? AND e.{column} = ?");
-    let mut args: Vec<SqlValue> = vec![org.to_string().into(), id.to_string().into()];
+    let mut args: Vec<Arg> = vec![org.arg(), id.arg()];
     if !edge_types.is_empty() {
         sql.push_str(&format!(
             " AND e.edge_type IN ({})",
             vec!["?"; edge_types.len()].join(", ")
         ));
-        args.extend(edge_types.iter().map(|t| SqlValue::from(t.clone())));
+        args.extend(edge_types.iter().map(Arg::from));
     }
     sql.push_str(" ORDER BY e.seq DESC LIMIT ?");
-    args.push(limit.into());
-    let mut stmt = conn.prepare(&sql)?;
-    Ok(stmt
-        .query_map(params_from_iter(args.iter()), edge_row)?
-        .collect::<Result<Vec<_>, _>>()?)
+    args.push(limit.arg());
+    conn.query(&sql, &args, edge_row)
 }
 
 impl Graph {
@@ -422,7 +420,7 @@ impl Graph {
     }
 
     // anchor: concept-graph
-    pub fn run(self, conn: &Connection, org: &str) -> Result<Value, ApiError> {
+    pub fn run(self, conn: Sql<'_>, org: &str) -> Result<Value, ApiError> {
         let root = load_concept(conn, org, &self.concept_id)?;
         let mut found: Vec<(&str, EdgeRow)> = Vec::new();
         if self.direction != "incoming" {
@@ -496,18 +494,16 @@ impl Link {
 
     // anchor: link-upsert
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Linked, ApiError> {
-        let now = w.tick();
-        let tx = &w.conn;
+        let now = w.tick()?;
+        let tx = w.sql();
         for id in [&self.from, &self.to] {
             load_concept(tx, org, id)?;
         }
-        let existing: Option<(String, f64)> = tx
-            .query_row(
-                "SELECT id, weight FROM edges WHERE org_id = ?1 AND from_id = ?2 AND to_id = ?3 AND edge_type = ?4",
-                params![org, self.from, self.to, self.edge_type],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
+        let existing: Option<(String, f64)> = tx.query_opt(
+            "SELECT id, weight FROM edges WHERE org_id = ?1 AND from_id = ?2 AND to_id = ?3 AND edge_type = ?4",
+            args![org, &self.from, &self.to, self.edge_type],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         let (edge_id, previous) = match existing {
             None => {
                 let id = format!("edge_{}", random_hex(12));
@@ -515,7 +511,7 @@ impl Link {
                     "INSERT INTO edges (id, org_id, from_id, to_id, edge_type, weight, traversal_count, description,
                                         created_at, updated_at, client_claim)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?8, ?9)",
-                    params![
+                    args![
                         id,
                         org,
                         self.from,
@@ -537,16 +533,18 @@ impl Link {
                          description = coalesce(?3, description), updated_at = ?4,
                          client_claim = coalesce(?5, client_claim)
                      WHERE id = ?1",
-                    params![id, weight, self.description, now, self.claim],
+                    args![id, weight, self.description, now, self.claim],
                 )?;
                 (id, Some(old))
             }
         };
-        let edge = tx.query_row(
-            &format!("SELECT {EDGE_COLS} FROM edges e WHERE e.id = ?1"),
-            [&edge_id],
-            edge_row,
-        )?;
+        let edge = tx
+            .query_opt(
+                &format!("SELECT {EDGE_COLS} FROM edges e WHERE e.id = ?1"),
+                args![&edge_id],
+                edge_row,
+            )?
+            .ok_or_else(|| ApiError::Internal("the edge just written does not read back".into()))?;
         Ok(match previous {
             None => Linked {
                 created: true,
@@ -575,17 +573,17 @@ pub struct RecordUsage {
 const USAGE_COLS: &str =
     "id, concept_id, outcome, trace_id, activity_id, task_id, created_at, client_claim";
 
-fn usage_json(r: &Row<'_>) -> rusqlite::Result<Value> {
+fn usage_json(r: &Row<'_>) -> Result<Value, ApiError> {
     let mut obj = json!({
-        "id": r.get::<_, String>(0)?,
-        "concept_id": r.get::<_, String>(1)?,
-        "outcome": r.get::<_, String>(2)?,
-        "trace_id": r.get::<_, String>(3)?,
-        "activity_id": r.get::<_, Option<String>>(4)?,
-        "task_id": r.get::<_, Option<String>>(5)?,
+        "id": r.get::<String>(0)?,
+        "concept_id": r.get::<String>(1)?,
+        "outcome": r.get::<String>(2)?,
+        "trace_id": r.get::<String>(3)?,
+        "activity_id": r.get::<Option<String>>(4)?,
+        "task_id": r.get::<Option<String>>(5)?,
         "created_at": rfc3339_ms(r.get(6)?),
     });
-    if let Some(claim) = parse_json_text(r.get(7)?) {
+    if let Some(claim) = json_text(r.get(7)?) {
         obj["client_claim"] = claim;
     }
     Ok(obj)
@@ -606,13 +604,13 @@ impl RecordUsage {
 
     // anchor: record-usage
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
-        let now = w.tick();
-        let tx = &w.conn;
+        let now = w.tick()?;
+        let tx = w.sql();
         load_concept(tx, org, &self.concept_id)?;
         let id = format!("usage_{}", random_hex(12));
         tx.execute(
             &format!("INSERT INTO usage (org_id, {USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
-            params![org, id, self.concept_id, self.outcome, self.trace_id, self.activity_id, self.task_id, now, self.claim],
+            args![org, id, self.concept_id, self.outcome, self.trace_id, self.activity_id, self.task_id, now, self.claim],
         )?;
         // Every outcome counts as a load; only success earns credit toward relevance.
         let (succ, fail) = match self.outcome {
@@ -624,13 +622,17 @@ impl RecordUsage {
             "UPDATE concepts SET times_loaded = times_loaded + 1, times_succeeded = times_succeeded + ?3,
                  times_failed = times_failed + ?4, updated_at = ?5
              WHERE org_id = ?1 AND id = ?2",
-            params![org, self.concept_id, succ, fail, now],
+            args![org, self.concept_id, succ, fail, now],
         )?;
-        let usage = tx.query_row(
-            &format!("SELECT {USAGE_COLS} FROM usage WHERE id = ?1"),
-            [&id],
-            usage_json,
-        )?;
+        let usage = tx
+            .query_opt(
+                &format!("SELECT {USAGE_COLS} FROM usage WHERE id = ?1"),
+                args![&id],
+                usage_json,
+            )?
+            .ok_or_else(|| {
+                ApiError::Internal("the usage just written does not read back".into())
+            })?;
         let concept = load_concept(tx, org, &self.concept_id)?;
         Ok(json!({ "usage": usage, "concept": concept }))
     }
@@ -648,14 +650,12 @@ impl UsageStats {
     }
 
     // anchor: usage-stats
-    pub fn run(self, conn: &Connection, org: &str) -> Result<Value, ApiError> {
-        let row = conn
-            .query_row(
-                "SELECT times_loaded, times_succeeded, times_failed FROM concepts WHERE org_id = ?1 AND id = ?2",
-                params![org, self.concept_id],
-                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)),
-            )
-            .optional()?;
+    pub fn run(self, conn: Sql<'_>, org: &str) -> Result<Value, ApiError> {
+        let row = conn.query_opt(
+            "SELECT times_loaded, times_succeeded, times_failed FROM concepts WHERE org_id = ?1 AND id = ?2",
+            args![org, &self.concept_id],
+            |r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)),
+        )?;
         let Some((loaded, succeeded, failed)) = row else {
             return Err(ApiError::ConceptNotFound(self.concept_id));
         };
@@ -682,19 +682,20 @@ impl UsageStats {
 /// `GET /concepts/:id/usage`: the newest usage rows of one concept.
 // anchor: usage-history
 pub fn usage_history(
-    conn: &Connection,
+    conn: Sql<'_>,
     org: &str,
     raw_id: &str,
     limit: i64,
 ) -> Result<Value, ApiError> {
     let id = plain_concept_id(raw_id);
     load_concept(conn, org, &id)?;
-    let mut stmt = conn.prepare(&format!(
-        "SELECT {USAGE_COLS} FROM usage WHERE org_id = ?1 AND concept_id = ?2 ORDER BY seq DESC LIMIT ?3"
-    ))?;
-    let usage = stmt
-        .query_map(params![org, id, limit], usage_json)?
-        .collect::<Result<Vec<_>, _>>()?;
+    let usage = conn.query(
+        &format!(
+            "SELECT {USAGE_COLS} FROM usage WHERE org_id = ?1 AND concept_id = ?2 ORDER BY seq DESC LIMIT ?3"
+        ),
+        args![org, &id, limit],
+        usage_json,
+    )?;
     Ok(json!({ "concept_id": id, "usage": usage }))
 }
 
@@ -719,7 +720,7 @@ impl Sequence {
     /// Both edge types say the same thing from opposite ends: `A -sequence_next-> B` and
     /// `B -sequence_prev-> A` both mean B follows A, so each direction reads both.
     // anchor: concept-sequence
-    pub fn run(self, conn: &Connection, org: &str) -> Result<Value, ApiError> {
+    pub fn run(self, conn: Sql<'_>, org: &str) -> Result<Value, ApiError> {
         load_concept(conn, org, &self.concept_id)?;
         let id = &self.concept_id;
         let mut found: Vec<(&str, EdgeRow, String)> = Vec::new();

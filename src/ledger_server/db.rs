@@ -11,6 +11,7 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::errors::{ApiError, LedgerError};
+use super::sql::{Dialect, PgConn, Sql, args};
 use crate::util::now_ms;
 
 /// The file inside `--data`.
@@ -98,6 +99,122 @@ CREATE TABLE usage (
 CREATE INDEX usage_by_concept ON usage(org_id, concept_id, seq);
 "#;
 
+/// The same tables on PostgreSQL. Integers are 64-bit and reals double, as SQLite stores them;
+/// full-text search is a generated `tsvector` over the same three columns, with the `simple`
+/// configuration (no stemming, no stop words), so a word matches as it does in FTS5.
+// anchor: pg-schema
+const PG_SCHEMA_V1: &str = r#"
+CREATE TABLE orgs (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE,
+    created_at  BIGINT NOT NULL
+);
+CREATE TABLE api_keys (
+    id          TEXT PRIMARY KEY,
+    org_id      TEXT NOT NULL REFERENCES orgs(id),
+    key_hash    TEXT NOT NULL UNIQUE,
+    scopes      TEXT NOT NULL,
+    label       TEXT,
+    created_at  BIGINT NOT NULL,
+    revoked_at  BIGINT
+);
+CREATE TABLE concepts (
+    seq             BIGSERIAL PRIMARY KEY,
+    id              TEXT NOT NULL UNIQUE,
+    org_id          TEXT NOT NULL REFERENCES orgs(id),
+    shape           TEXT NOT NULL,
+    source_type     TEXT NOT NULL,
+    summary         TEXT NOT NULL,
+    content         TEXT NOT NULL,
+    pointer         TEXT NOT NULL,
+    budget          BIGINT,
+    priority        DOUBLE PRECISION NOT NULL,
+    times_loaded    BIGINT NOT NULL DEFAULT 0,
+    times_succeeded BIGINT NOT NULL DEFAULT 0,
+    times_failed    BIGINT NOT NULL DEFAULT 0,
+    created_at      BIGINT NOT NULL,
+    updated_at      BIGINT NOT NULL,
+    client_claim    TEXT,
+    fts             tsvector GENERATED ALWAYS AS (
+        to_tsvector('simple', summary || ' ' || content || ' ' || shape)
+    ) STORED
+);
+CREATE INDEX concepts_by_org ON concepts(org_id, seq);
+CREATE INDEX concepts_fts ON concepts USING GIN (fts);
+CREATE TABLE edges (
+    seq             BIGSERIAL PRIMARY KEY,
+    id              TEXT NOT NULL UNIQUE,
+    org_id          TEXT NOT NULL REFERENCES orgs(id),
+    from_id         TEXT NOT NULL REFERENCES concepts(id),
+    to_id           TEXT NOT NULL REFERENCES concepts(id),
+    edge_type       TEXT NOT NULL,
+    weight          DOUBLE PRECISION NOT NULL,
+    traversal_count BIGINT NOT NULL,
+    description     TEXT,
+    created_at      BIGINT NOT NULL,
+    updated_at      BIGINT NOT NULL,
+    client_claim    TEXT,
+    UNIQUE (org_id, from_id, to_id, edge_type)
+);
+CREATE INDEX edges_from ON edges(org_id, from_id);
+CREATE INDEX edges_to ON edges(org_id, to_id);
+CREATE TABLE usage (
+    seq          BIGSERIAL PRIMARY KEY,
+    id           TEXT NOT NULL UNIQUE,
+    org_id       TEXT NOT NULL REFERENCES orgs(id),
+    concept_id   TEXT NOT NULL REFERENCES concepts(id),
+    outcome      TEXT NOT NULL,
+    trace_id     TEXT NOT NULL,
+    activity_id  TEXT,
+    task_id      TEXT,
+    created_at   BIGINT NOT NULL,
+    client_claim TEXT
+);
+CREATE INDEX usage_by_concept ON usage(org_id, concept_id, seq);
+"#;
+
+/// Where the ledger keeps its rows: the SQLite file in a data directory (the default), or a
+/// PostgreSQL database shared by any number of `ledger serve` replicas.
+// anchor: Location
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Location {
+    /// `--store URL` when given (a `postgres://` or `postgresql://` URL), else `--data DIR`.
+    pub fn parse_store(url: &str) -> Result<Location, LedgerError> {
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("postgres" | "postgresql") => {
+                url.parse::<postgres::Config>()
+                    .map_err(|e| LedgerError::Store {
+                        at: redact_url_credentials(url),
+                        detail: format!("not a PostgreSQL connection URL ({e}); write postgres://USER@HOST:PORT/DATABASE"),
+                    })?;
+                Ok(Location::Postgres(url.to_string()))
+            }
+            _ => Err(LedgerError::Usage(format!(
+                "--store {}: only postgres:// URLs are stores; for SQLite pass --data DIR",
+                redact_url_credentials(url)
+            ))),
+        }
+    }
+
+    /// The location as logs and errors show it: a password never appears.
+    pub fn shown(&self) -> String {
+        match self {
+            Location::Sqlite(data) => data.join(DB_FILE).display().to_string(),
+            Location::Postgres(url) => redact_url_credentials(url),
+        }
+    }
+}
+
+fn redact_url_credentials(url: &str) -> String {
+    crate::guard::redact_url_credentials(url)
+}
+
 /// Opens (creating when missing) `<data>/ledger.db` with the settings every connection needs.
 // anchor: open-connection
 pub fn open_connection(data: &Path) -> Result<Connection, LedgerError> {
@@ -121,7 +238,10 @@ pub fn open_connection(data: &Path) -> Result<Connection, LedgerError> {
         .map_err(wrap)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(wrap)?;
-    migrate(&conn).map_err(wrap)?;
+    migrate(&conn).map_err(|e| LedgerError::Store {
+        at: path.display().to_string(),
+        detail: format!("bringing the schema up to date: {e}"),
+    })?;
     Ok(conn)
 }
 
@@ -141,58 +261,136 @@ fn open_reader(path: &Path) -> Result<Connection, LedgerError> {
     Ok(conn)
 }
 
-fn migrate(conn: &Connection) -> rusqlite::Result<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version >= SCHEMA_VERSION {
+/// How long opening a PostgreSQL connection may take before the ledger says it cannot.
+const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens one connection to the PostgreSQL store.
+fn open_pg(url: &str) -> Result<PgConn, LedgerError> {
+    let fail = |what: &str, e: postgres::Error| LedgerError::Store {
+        at: redact_url_credentials(url),
+        detail: format!("{what}: {e}; is PostgreSQL running there and the database created?"),
+    };
+    let mut config: postgres::Config = url.parse().map_err(|e| fail("bad URL", e))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(PG_CONNECT_TIMEOUT);
+    }
+    config.application_name("metabob-ledger");
+    let client = config
+        .connect(postgres::NoTls)
+        .map_err(|e| fail("cannot connect", e))?;
+    Ok(PgConn::new(client))
+}
+
+/// The schema steps, one per version; each runs once, in order, inside the migration's
+/// transaction.
+fn schema_steps(dialect: Dialect) -> [&'static str; 3] {
+    match dialect {
+        Dialect::Sqlite => [SCHEMA_V1, super::goals::SCHEMA, super::open_tasks::SCHEMA],
+        Dialect::Postgres => [
+            PG_SCHEMA_V1,
+            super::goals::PG_SCHEMA,
+            super::open_tasks::PG_SCHEMA,
+        ],
+    }
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`] (anchor: migrate). Two processes may start on a
+/// fresh store at once: SQLite's immediate transaction, and on PostgreSQL an advisory lock held
+/// for the migration's transaction, make one create the schema and the other see it done.
+fn migrate_sql(sql: Sql<'_>) -> Result<(), ApiError> {
+    if stored_version(sql)? >= SCHEMA_VERSION {
         return Ok(());
     }
-    // Two processes may open a fresh file at once; the immediate transaction makes one create
-    // the schema and the other see it done.
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let result = (|| {
-        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version < 1 {
-            conn.execute_batch(SCHEMA_V1)?;
+    sql.transaction(|sql| {
+        if sql.dialect() == Dialect::Postgres {
+            sql.query_opt(
+                "SELECT pg_advisory_xact_lock(?1)",
+                args![MIGRATION_LOCK],
+                |_| Ok(()),
+            )?;
+            sql.execute(
+                "CREATE TABLE IF NOT EXISTS ledger_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+                &[],
+            )?;
         }
-        // Version 2: the goal board's tables.
-        if version < 2 {
-            conn.execute_batch(super::goals::SCHEMA)?;
+        let version = stored_version(sql)?;
+        for (i, step) in schema_steps(sql.dialect()).iter().enumerate() {
+            let step_version = i as i64 + 1;
+            if version < step_version {
+                sql.execute_batch(step)?;
+            }
+            // Version 3 indexes the rows already there.
+            if version < 3 && step_version == 3 {
+                super::open_tasks::backfill(sql)?;
+            }
         }
-        // Version 3: the open-task index, built from the rows already there.
-        if version < 3 {
-            conn.execute_batch(super::open_tasks::SCHEMA)?;
-            super::open_tasks::backfill(conn).map_err(|e| {
-                rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-                    Some(format!("building the open-task index: {e}")),
+        match sql.dialect() {
+            Dialect::Sqlite => sql.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")),
+            Dialect::Postgres => sql
+                .execute(
+                    "INSERT INTO ledger_meta (key, value) VALUES ('schema_version', ?1)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    args![SCHEMA_VERSION],
                 )
-            })?;
+                .map(drop),
         }
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
-    })();
-    match result {
-        Ok(()) => conn.execute_batch("COMMIT"),
-        Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            Err(e)
+    })
+}
+
+/// The advisory lock key of the PostgreSQL migration (and first start): any constant no holder
+/// lock can equal in practice.
+const MIGRATION_LOCK: i64 = 0x6d62_6c65_6467_6572;
+
+fn stored_version(sql: Sql<'_>) -> Result<i64, ApiError> {
+    match sql {
+        Sql::Lite(c) => Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?),
+        Sql::Pg(_) => {
+            let exists: Option<String> =
+                sql.value("SELECT to_regclass('ledger_meta')::text", &[])?;
+            if exists.is_none() {
+                return Ok(0);
+            }
+            Ok(sql
+                .query_opt(
+                    "SELECT value FROM ledger_meta WHERE key = 'schema_version'",
+                    &[],
+                    |r| r.get::<i64>(0),
+                )?
+                .unwrap_or(0))
         }
     }
 }
 
-/// The one writer: its connection and the server clock, behind one lock so that the order of
-/// timestamps is the order of commits.
-pub struct Writer {
-    pub conn: Connection,
+fn migrate(conn: &Connection) -> Result<(), ApiError> {
+    migrate_sql(Sql::Lite(conn))
+}
+
+/// The one writer's connection on SQLite and the server clock, behind one lock so that the
+/// order of timestamps is the order of commits.
+struct LiteWriter {
+    conn: Connection,
     last_ms: i64,
 }
 
-impl Writer {
-    /// The next creation time: wall-clock milliseconds, but always after the last one issued, so
-    /// no two rows share a time and a clock stepping back never reorders claims.
-    // anchor: server-clock
-    pub fn tick(&mut self) -> i64 {
-        self.last_ms = now_ms().max(self.last_ms + 1);
-        self.last_ms
+/// What a write runs with: a connection inside the write's transaction, and the clock.
+pub struct Writer<'c> {
+    sql: Sql<'c>,
+    last_ms: &'c mut i64,
+}
+
+impl<'c> Writer<'c> {
+    pub fn sql(&self) -> Sql<'c> {
+        self.sql
+    }
+
+    /// The next creation time (anchor: server-clock): wall-clock milliseconds, but always after
+    /// the last one this writer issued, so a clock stepping back never reorders claims. SQLite's
+    /// one writer reads the host's clock; on PostgreSQL every replica reads the database's, so
+    /// replicas on hosts whose clocks disagree still stamp rows from one clock.
+    pub fn tick(&mut self) -> Result<i64, ApiError> {
+        let now = self.sql.db_clock_ms()?.unwrap_or_else(now_ms);
+        *self.last_ms = now.max(*self.last_ms + 1);
+        Ok(*self.last_ms)
     }
 }
 
@@ -234,6 +432,12 @@ impl Budget {
         Instant::now() >= self.deadline
     }
 
+    /// Whole milliseconds left before the deadline (0 once it has passed).
+    fn left_ms(&self) -> u64 {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+    }
+
     pub fn exceeded(&self) -> ApiError {
         ApiError::BudgetExceeded { budget_ms: self.ms }
     }
@@ -259,21 +463,47 @@ fn disarm(conn: &Connection) {
     conn.progress_handler(0, None::<fn() -> bool>);
 }
 
-/// The read-only connections, and one permit per connection: a request holds a permit for as
-/// long as it holds a connection, so waiting for a reader is waiting on the permits, which can
-/// be given up when the budget runs out.
-struct Readers {
-    idle: Mutex<Vec<Connection>>,
+/// A connection a pool lends out.
+enum Handle {
+    Lite(Connection),
+    Pg(PgConn),
+}
+
+impl Handle {
+    fn sql(&self) -> Sql<'_> {
+        match self {
+            Handle::Lite(c) => Sql::Lite(c),
+            Handle::Pg(c) => Sql::Pg(c),
+        }
+    }
+}
+
+/// Connections and one permit per connection: a request holds a permit for as long as it holds
+/// a connection, so waiting for one is waiting on the permits, which can be given up when the
+/// budget runs out.
+struct Pool {
+    idle: Mutex<Vec<Handle>>,
     permits: Arc<Semaphore>,
     size: usize,
-    /// The most readers one org's reads may hold at once: all but one (when there are two or
-    /// more), so however many connections one org opens, a reader is left for every other org.
+    /// The most connections one org's reads may hold at once: all but one (when there are two
+    /// or more), so however many one org opens, one is left for every other org.
     share: usize,
     /// Each org's share, created at its first read; one small entry per org that has read.
     shares: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-impl Readers {
+impl Pool {
+    fn new(idle: Vec<Handle>) -> Pool {
+        let size = idle.len().max(1);
+        Pool {
+            idle: Mutex::new(idle),
+            permits: Arc::new(Semaphore::new(size)),
+            size,
+            share: if size > 1 { size - 1 } else { 1 },
+            shares: Mutex::default(),
+        }
+    }
+
     fn share_of(&self, org: &str) -> Arc<Semaphore> {
         lock(&self.shares)
             .entry(org.to_string())
@@ -282,13 +512,27 @@ impl Readers {
     }
 }
 
+/// What stands behind the pools: SQLite's one writer with its group-commit queue, or a
+/// PostgreSQL database with a pool of writing connections.
+enum Backend {
+    Lite {
+        path: PathBuf,
+        /// The writer, used by the group-commit thread and, before requests are taken, by
+        /// startup.
+        writer: Arc<Mutex<LiteWriter>>,
+        /// Writes waiting for the group-commit thread; closed when the last `Db` is dropped.
+        queue: tokio::sync::mpsc::Sender<Box<dyn Job>>,
+    },
+    Pg {
+        url: String,
+        writers: Pool,
+    },
+}
+
 struct Inner {
-    path: PathBuf,
-    /// The writer, used by the group-commit thread and, before requests are taken, by startup.
-    writer: Arc<Mutex<Writer>>,
-    /// Writes waiting for the group-commit thread; closed when the last `Db` is dropped.
-    queue: tokio::sync::mpsc::Sender<Box<dyn Job>>,
-    readers: Readers,
+    at: Location,
+    backend: Backend,
+    readers: Pool,
 }
 
 /// Writes that may wait for the writer at once; past this a request waits for room (within its
@@ -297,12 +541,18 @@ const QUEUED_WRITES: usize = 4096;
 /// The most writes one commit holds: enough to amortise the sync over any realistic burst,
 /// few enough that the first of them is not kept waiting long for the last.
 const MAX_BATCH: usize = 512;
+/// Connections a replica writes through on PostgreSQL. Each write is its own transaction, and
+/// PostgreSQL flushes the commits that arrive together with one sync, so these many writes in
+/// flight share a flush as SQLite's batch does.
+const PG_WRITERS: usize = 16;
+/// How often a write PostgreSQL refused for a deadlock or serialization conflict is run again.
+const PG_WRITE_ATTEMPTS: usize = 3;
 
 /// One queued write, its answer kept until the commit that holds it is on disk.
 trait Job: Send {
     fn budget(&self) -> Budget;
     /// Runs the work, keeping its answer; `true` when it succeeded.
-    fn run(&mut self, w: &mut Writer) -> bool;
+    fn run(&mut self, w: &mut Writer<'_>) -> bool;
     /// Answers the request: the work's answer, or `failed` when its commit failed.
     fn answer(self: Box<Self>, failed: Option<ApiError>);
 }
@@ -314,24 +564,30 @@ struct Queued<T, F> {
     tx: tokio::sync::oneshot::Sender<Result<T, ApiError>>,
 }
 
+/// Runs one write's work, a panic in it answered as a failure (the transaction undoes it).
+fn run_caught<T>(
+    work: &mut impl FnMut(&mut Writer<'_>) -> Result<T, ApiError>,
+    w: &mut Writer<'_>,
+) -> Result<T, ApiError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(w))).unwrap_or_else(|_| {
+        tracing::error!("a ledger write panicked; it was undone");
+        Err(ApiError::Internal(
+            "the write did not finish; the server's log has the cause".into(),
+        ))
+    })
+}
+
 impl<T, F> Job for Queued<T, F>
 where
     T: Send,
-    F: FnMut(&mut Writer) -> Result<T, ApiError> + Send,
+    F: FnMut(&mut Writer<'_>) -> Result<T, ApiError> + Send,
 {
     fn budget(&self) -> Budget {
         self.budget
     }
 
-    fn run(&mut self, w: &mut Writer) -> bool {
-        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.work)(w)))
-            .unwrap_or_else(|_| {
-                tracing::error!("a ledger write panicked; it was undone");
-                Err(ApiError::Internal(
-                    "the write did not finish; the server's log has the cause".into(),
-                ))
-            });
-        let out = self.budget.settle(out);
+    fn run(&mut self, w: &mut Writer<'_>) -> bool {
+        let out = self.budget.settle(run_caught(&mut self.work, w));
         let ok = out.is_ok();
         self.out = Some(out);
         ok
@@ -355,7 +611,7 @@ fn writer_stopped() -> ApiError {
 /// The writer thread: takes every write queued at the moment, runs each in its own savepoint
 /// inside one transaction, commits once and only then answers them, so one sync to disk
 /// carries the whole batch (anchor: group-commit). Runs until every `Db` handle is gone.
-fn group_commit(writer: &Mutex<Writer>, mut jobs: tokio::sync::mpsc::Receiver<Box<dyn Job>>) {
+fn group_commit(writer: &Mutex<LiteWriter>, mut jobs: tokio::sync::mpsc::Receiver<Box<dyn Job>>) {
     while let Some(first) = jobs.blocking_recv() {
         let mut w = lock(writer);
         let mut batch = vec![first];
@@ -374,13 +630,13 @@ fn savepoint(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
-fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
+fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) {
     let mut waiting: std::collections::VecDeque<Box<dyn Job>> = batch.into();
     // A panic in an earlier batch may have left its transaction open; it was never answered.
-    if !w.conn.is_autocommit() {
-        let _ = w.conn.execute_batch("ROLLBACK");
+    if !lw.conn.is_autocommit() {
+        let _ = lw.conn.execute_batch("ROLLBACK");
     }
-    if let Err(e) = w.conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = lw.conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!("the ledger could not begin a write: {e}");
         for job in waiting {
             job.answer(Some(ApiError::Database));
@@ -394,19 +650,22 @@ fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
             job.answer(Some(budget.exceeded()));
             continue;
         }
-        if let Err(e) = savepoint(&w.conn, "SAVEPOINT job") {
+        if let Err(e) = savepoint(&lw.conn, "SAVEPOINT job") {
             tracing::error!("the ledger could not open a savepoint: {e}");
             job.answer(Some(ApiError::Database));
             continue;
         }
-        budget.arm(&w.conn);
-        let ok = job.run(w);
-        disarm(&w.conn);
-        if w.conn.is_autocommit() {
+        budget.arm(&lw.conn);
+        let ok = job.run(&mut Writer {
+            sql: Sql::Lite(&lw.conn),
+            last_ms: &mut lw.last_ms,
+        });
+        disarm(&lw.conn);
+        if lw.conn.is_autocommit() {
             // The failure undid the whole transaction (an interrupt does), the work of the
             // writes before it included: run those again in a fresh one.
             job.answer(None);
-            if w.conn.execute_batch("BEGIN IMMEDIATE").is_err() {
+            if lw.conn.execute_batch("BEGIN IMMEDIATE").is_err() {
                 for job in done.into_iter().chain(waiting) {
                     job.answer(Some(ApiError::Database));
                 }
@@ -418,9 +677,9 @@ fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
             continue;
         }
         let undo = if ok {
-            savepoint(&w.conn, "RELEASE job")
+            savepoint(&lw.conn, "RELEASE job")
         } else {
-            savepoint(&w.conn, "ROLLBACK TO job").and_then(|()| savepoint(&w.conn, "RELEASE job"))
+            savepoint(&lw.conn, "ROLLBACK TO job").and_then(|()| savepoint(&lw.conn, "RELEASE job"))
         };
         if let Err(e) = undo {
             tracing::error!("the ledger could not close a savepoint: {e}");
@@ -431,11 +690,11 @@ fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
             job.answer(None);
         }
     }
-    let failed = match w.conn.execute_batch("COMMIT") {
+    let failed = match lw.conn.execute_batch("COMMIT") {
         Ok(()) => false,
         Err(e) => {
             tracing::error!("the ledger could not commit {} writes: {e}", done.len());
-            let _ = w.conn.execute_batch("ROLLBACK");
+            let _ = lw.conn.execute_batch("ROLLBACK");
             true
         }
     };
@@ -444,106 +703,191 @@ fn commit_batch(w: &mut Writer, batch: Vec<Box<dyn Job>>) {
     }
 }
 
-/// A reader lent to one request; back in the pool (its deadline removed) when dropped, even if
-/// the work panicked, and only then are its permits released. The lease lives on the blocking
-/// thread, so a request whose caller went away still counts against the pool and its org's
-/// share until its work has stopped.
+/// Which pool a lease goes back to.
+#[derive(Clone, Copy)]
+enum Kind {
+    Reader,
+    Writer,
+}
+
+/// A connection lent to one request; back in its pool (its deadline removed) when dropped, even
+/// if the work panicked, and only then are its permits released. The lease lives on the
+/// blocking thread, so a request whose caller went away still counts against the pool and its
+/// org's share until its work has stopped. A PostgreSQL connection whose work did not finish
+/// cleanly is closed instead of kept, since its session may be left inside a transaction.
 struct Lease {
-    conn: Option<Connection>,
+    conn: Option<Handle>,
+    kind: Kind,
+    clean: bool,
     inner: Arc<Inner>,
     _permit: OwnedSemaphorePermit,
     _share: Option<OwnedSemaphorePermit>,
 }
 
+impl Lease {
+    fn sql(&self) -> Sql<'_> {
+        self.conn
+            .as_ref()
+            .expect("a lease holds its connection until it is dropped")
+            .sql()
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            disarm(&conn);
-            lock(&self.inner.readers.idle).push(conn);
+        let Some(conn) = self.conn.take() else { return };
+        match &conn {
+            Handle::Lite(c) => disarm(c),
+            Handle::Pg(c) if !self.clean || c.is_closed() => return,
+            Handle::Pg(_) => {}
+        }
+        if let Some(pool) = self.inner.pool(self.kind) {
+            lock(&pool.idle).push(conn);
         }
     }
 }
 
-/// Shared handle to the ledger file for the server: one writer, and a pool of read-only
+/// Shared handle to the ledger's store for the server: writes go through one writer (SQLite,
+/// group-committed) or a pool of writing connections (PostgreSQL), and reads through a pool of
 /// connections so that a slow read holds up no other, with each org held to a share of it so
-/// that no org's reads hold up every other org's (WAL lets every reader see the last commit
-/// without waiting for the writer).
+/// that no org's reads hold up every other org's.
 // anchor: Db
 #[derive(Clone)]
 pub struct Db(Arc<Inner>);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The list of idle readers (a push or pop cannot be left half done) and the writer (whose
-    // open transaction the next batch rolls back) sit behind these locks, so a panic while one
-    // was held leaves nothing to repair here.
+    // The list of idle connections (a push or pop cannot be left half done) and the writer
+    // (whose open transaction the next batch rolls back) sit behind these locks, so a panic
+    // while one was held leaves nothing to repair here.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+impl Inner {
+    fn pool(&self, kind: Kind) -> Option<&Pool> {
+        match (kind, &self.backend) {
+            (Kind::Reader, _) => Some(&self.readers),
+            (Kind::Writer, Backend::Pg { writers, .. }) => Some(writers),
+            (Kind::Writer, Backend::Lite { .. }) => None,
+        }
+    }
+
+    /// An idle connection of the pool; a fresh one if a lease was ever lost or closed, so the
+    /// pool keeps its size.
+    fn take(&self, kind: Kind) -> Result<Handle, ApiError> {
+        if let Some(conn) = self.pool(kind).and_then(|p| lock(&p.idle).pop()) {
+            return Ok(conn);
+        }
+        let fresh = match &self.backend {
+            Backend::Lite { path, .. } => open_reader(path).map(Handle::Lite),
+            Backend::Pg { url, .. } => open_pg(url).map(Handle::Pg),
+        };
+        fresh.map_err(|e| {
+            tracing::error!("{e}");
+            ApiError::Database
+        })
+    }
+}
+
 impl Db {
-    /// Opens the writer and `readers` read-only connections (at least one).
-    pub fn open(data: &Path, readers: usize) -> Result<Db, LedgerError> {
-        let writer = open_connection(data)?;
-        let path = data.join(DB_FILE);
+    /// Opens the store at `at` with `readers` reading connections (at least one), bringing its
+    /// schema up to date.
+    pub fn open(at: &Location, readers: usize) -> Result<Db, LedgerError> {
         let size = readers.max(1);
-        let share = if size > 1 { size - 1 } else { 1 };
-        let idle = (0..size)
-            .map(|_| open_reader(&path))
-            .collect::<Result<Vec<_>, _>>()?;
-        let last_ms = latest_stored_ms(&writer).map_err(|source| LedgerError::Db {
-            path: path.clone(),
-            source,
-        })?;
-        let writer = Arc::new(Mutex::new(Writer {
-            conn: writer,
-            last_ms,
-        }));
-        let (queue, jobs) = tokio::sync::mpsc::channel(QUEUED_WRITES);
-        let committer = writer.clone();
-        std::thread::Builder::new()
-            .name("ledger-writer".into())
-            .spawn(move || group_commit(&committer, jobs))
-            .map_err(|source| LedgerError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        let (backend, idle) = match at {
+            Location::Sqlite(data) => {
+                let writer = open_connection(data)?;
+                let path = data.join(DB_FILE);
+                let idle = (0..size)
+                    .map(|_| open_reader(&path).map(Handle::Lite))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let last_ms = latest_stored_ms(&writer).map_err(|source| LedgerError::Db {
+                    path: path.clone(),
+                    source,
+                })?;
+                let writer = Arc::new(Mutex::new(LiteWriter {
+                    conn: writer,
+                    last_ms,
+                }));
+                let (queue, jobs) = tokio::sync::mpsc::channel(QUEUED_WRITES);
+                let committer = writer.clone();
+                std::thread::Builder::new()
+                    .name("ledger-writer".into())
+                    .spawn(move || group_commit(&committer, jobs))
+                    .map_err(|source| LedgerError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                (
+                    Backend::Lite {
+                        path,
+                        writer,
+                        queue,
+                    },
+                    idle,
+                )
+            }
+            Location::Postgres(url) => {
+                let first = open_pg_migrated(url)?;
+                let mut writers = vec![Handle::Pg(first)];
+                for _ in 1..PG_WRITERS {
+                    writers.push(Handle::Pg(open_pg(url)?));
+                }
+                let idle = (0..size)
+                    .map(|_| open_pg(url).map(Handle::Pg))
+                    .collect::<Result<Vec<_>, _>>()?;
+                (
+                    Backend::Pg {
+                        url: url.clone(),
+                        writers: Pool::new(writers),
+                    },
+                    idle,
+                )
+            }
+        };
         Ok(Db(Arc::new(Inner {
-            path,
-            writer,
-            queue,
-            readers: Readers {
-                idle: Mutex::new(idle),
-                permits: Arc::new(Semaphore::new(size)),
-                size,
-                share,
-                shares: Mutex::default(),
-            },
+            at: at.clone(),
+            backend,
+            readers: Pool::new(idle),
         })))
     }
 
-    pub fn path(&self) -> &Path {
-        &self.0.path
+    /// Where the store is, as logs show it.
+    pub fn shown(&self) -> String {
+        self.0.at.shown()
     }
 
-    /// The pool's size and how many of its readers are lent out right now.
+    /// The read pool's size and how many of its connections are lent out right now.
     pub fn readers(&self) -> (usize, usize) {
         let r = &self.0.readers;
         (r.size, r.size.saturating_sub(r.permits.available_permits()))
     }
 
-    /// Runs `f` with the writer within `budget`, in the next group commit (anchor: db-write):
-    /// the answer comes once the commit that holds the work is on disk. Waiting in the queue
-    /// past the deadline answers `request_budget_exceeded` with nothing done, and work still
-    /// running at the deadline is interrupted and undone. An `Err` from `f` undoes whatever `f`
-    /// wrote and nothing else. `f` may run more than once (a batch-mate's interrupt undoes the
-    /// whole open transaction, and the work before it is run again), so it must be a pure
-    /// function of its input and the database; only the answer of the run that was committed
-    /// is given.
+    /// Runs `f` with the writer within `budget` (anchor: db-write): the answer comes once the
+    /// commit that holds the work is on disk. On SQLite the work joins the next group commit;
+    /// on PostgreSQL it is its own transaction on one of the replica's writing connections.
+    /// Waiting past the deadline answers `request_budget_exceeded` with nothing done, and work
+    /// still running at it is stopped and undone. An `Err` from `f` undoes whatever `f` wrote
+    /// and nothing else. `f` may run more than once (on SQLite a batch-mate's interrupt undoes
+    /// the whole open transaction and the work before it is run again; on PostgreSQL a
+    /// deadlock with another replica's write is run again), so it must be a pure function of
+    /// its input and the database; only the answer of the run that was committed is given.
     // anchor: db-write
-    pub async fn write<T, F>(&self, budget: Budget, f: F) -> Result<T, ApiError>
+    pub async fn write<T, F>(&self, budget: Budget, mut f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnMut(&mut Writer) -> Result<T, ApiError> + Send + 'static,
+        F: FnMut(&mut Writer<'_>) -> Result<T, ApiError> + Send + 'static,
     {
+        let queue = match &self.0.backend {
+            Backend::Lite { queue, .. } => queue,
+            Backend::Pg { writers, .. } => {
+                let permit = acquire(&writers.permits, budget).await?;
+                return self
+                    .on_pool(Kind::Writer, permit, None, move |lease| {
+                        pg_write(lease, budget, &mut f)
+                    })
+                    .await;
+            }
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job = Box::new(Queued {
             budget,
@@ -553,7 +897,7 @@ impl Db {
         });
         // A full queue pushes back on the request until there is room, but never past its
         // budget.
-        match tokio::time::timeout_at(budget.deadline.into(), self.0.queue.send(job)).await {
+        match tokio::time::timeout_at(budget.deadline.into(), queue.send(job)).await {
             Err(_) => return Err(budget.exceeded()),
             Ok(Err(_)) => return Err(writer_stopped()),
             Ok(Ok(())) => {}
@@ -561,20 +905,17 @@ impl Db {
         rx.await.map_err(|_| writer_stopped())?
     }
 
-    /// Runs `f` for `org` with a reader from the pool, on the blocking pool, within `budget`:
-    /// waiting past the deadline for the org's share of the readers or for a free one, or work
-    /// still running at it, answers `request_budget_exceeded`.
+    /// Runs `f` for `org` with a reading connection from the pool, on the blocking pool, within
+    /// `budget`: waiting past the deadline for the org's share of the pool or for a free
+    /// connection, or work still running at it, answers `request_budget_exceeded`.
     // anchor: db-read
     pub async fn read<T, F>(&self, org: &str, budget: Budget, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, ApiError> + Send + 'static,
+        F: FnOnce(Sql<'_>) -> Result<T, ApiError> + Send + 'static,
     {
         let share = self.0.readers.share_of(org);
-        let share = tokio::time::timeout_at(budget.deadline.into(), share.acquire_owned())
-            .await
-            .map_err(|_| budget.exceeded())?
-            .map_err(|_| ApiError::Internal("the reader pool is closed".into()))?;
+        let share = acquire(&share, budget).await?;
         self.read_with(Some(share), budget, f).await
     }
 
@@ -582,7 +923,7 @@ impl Db {
     pub async fn read_unscoped<T, F>(&self, budget: Budget, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, ApiError> + Send + 'static,
+        F: FnOnce(Sql<'_>) -> Result<T, ApiError> + Send + 'static,
     {
         self.read_with(None, budget, f).await
     }
@@ -595,36 +936,182 @@ impl Db {
     ) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, ApiError> + Send + 'static,
+        F: FnOnce(Sql<'_>) -> Result<T, ApiError> + Send + 'static,
     {
-        let permits = self.0.readers.permits.clone();
-        let permit = tokio::time::timeout_at(budget.deadline.into(), permits.acquire_owned())
-            .await
-            .map_err(|_| budget.exceeded())?
-            .map_err(|_| ApiError::Internal("the reader pool is closed".into()))?;
+        let permit = acquire(&self.0.readers.permits, budget).await?;
+        self.on_pool(Kind::Reader, permit, share, move |lease| {
+            let out = match lease.sql() {
+                Sql::Lite(c) => {
+                    budget.arm(c);
+                    f(Sql::Lite(c))
+                }
+                pg @ Sql::Pg(_) => pg_bounded(pg, budget, "BEGIN READ ONLY", f),
+            };
+            lease.clean = true;
+            budget.settle(out)
+        })
+        .await
+    }
+
+    /// Runs `work` on the blocking pool with a connection leased from `kind`'s pool.
+    async fn on_pool<T, W>(
+        &self,
+        kind: Kind,
+        permit: OwnedSemaphorePermit,
+        share: Option<OwnedSemaphorePermit>,
+        work: W,
+    ) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        W: FnOnce(&mut Lease) -> Result<T, ApiError> + Send + 'static,
+    {
         let inner = self.0.clone();
         tokio::task::spawn_blocking(move || {
-            let lease = Lease {
-                conn: Some(take_reader(&inner)?),
+            let mut lease = Lease {
+                conn: Some(inner.take(kind)?),
+                kind,
+                clean: false,
                 inner,
                 _permit: permit,
                 _share: share,
             };
-            let conn = lease
-                .conn
-                .as_ref()
-                .expect("a lease holds its connection until it is dropped");
-            budget.arm(conn);
-            budget.settle(f(conn))
+            work(&mut lease)
         })
         .await
-        .map_err(|e| task_failed("read", e))?
+        .map_err(|e| task_failed("database work", e))?
     }
 
-    /// Synchronous writer access, for startup work before the server takes requests. Not for
-    /// async code: it blocks the thread until the writer is free.
-    pub fn with_writer<T>(&self, f: impl FnOnce(&mut Writer) -> T) -> T {
-        f(&mut lock(&self.0.writer))
+    /// Synchronous writer access in one transaction, for startup and the key commands' kind of
+    /// work before the server takes requests; on PostgreSQL it holds the migration lock, so two
+    /// replicas starting at once do their first start one after the other. Not for async code:
+    /// it blocks the thread until the writer is free.
+    pub fn with_writer<T>(
+        &self,
+        f: impl FnOnce(&mut Writer<'_>) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        match &self.0.backend {
+            Backend::Lite { writer, .. } => {
+                let lw = &mut *lock(writer);
+                let last_ms = &mut lw.last_ms;
+                Sql::Lite(&lw.conn).transaction(|sql| f(&mut Writer { sql, last_ms }))
+            }
+            Backend::Pg { .. } => {
+                let conn = self.0.take(Kind::Writer)?;
+                let sql = conn.sql();
+                let out = sql.transaction(|sql| {
+                    sql.query_opt(
+                        "SELECT pg_advisory_xact_lock(?1)",
+                        args![MIGRATION_LOCK],
+                        |_| Ok(()),
+                    )?;
+                    f(&mut Writer {
+                        sql,
+                        last_ms: &mut 0,
+                    })
+                });
+                if let Some(pool) = self.0.pool(Kind::Writer) {
+                    lock(&pool.idle).push(conn);
+                }
+                out
+            }
+        }
+    }
+}
+
+/// A permit of `permits`, waited for no longer than `budget` allows.
+async fn acquire(
+    permits: &Arc<Semaphore>,
+    budget: Budget,
+) -> Result<OwnedSemaphorePermit, ApiError> {
+    tokio::time::timeout_at(budget.deadline.into(), permits.clone().acquire_owned())
+        .await
+        .map_err(|_| budget.exceeded())?
+        .map_err(|_| ApiError::Internal("the connection pool is closed".into()))
+}
+
+/// Runs `f` on a PostgreSQL connection inside one transaction opened by `begin`, with the
+/// budget's remaining time as the statement timeout: PostgreSQL cancels a statement still
+/// running at the deadline, which the budget answers as exceeded. Committed on `Ok`.
+fn pg_bounded<'c, T>(
+    sql: Sql<'c>,
+    budget: Budget,
+    begin: &str,
+    f: impl FnOnce(Sql<'c>) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let Sql::Pg(c) = sql else {
+        return f(sql);
+    };
+    let left = budget.left_ms();
+    if left == 0 {
+        return Err(budget.exceeded());
+    }
+    c.batch(&format!("{begin}; SET LOCAL statement_timeout = {left}"))?;
+    match f(sql) {
+        Ok(v) => {
+            c.batch("COMMIT")?;
+            Ok(v)
+        }
+        Err(e) => {
+            c.batch("ROLLBACK")?;
+            Err(e)
+        }
+    }
+}
+
+/// One write on PostgreSQL: its own transaction, run again when PostgreSQL refused it for a
+/// conflict with a concurrent write (a deadlock between two replicas' holder locks, say).
+fn pg_write<T>(
+    lease: &mut Lease,
+    budget: Budget,
+    f: &mut impl FnMut(&mut Writer<'_>) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let sql = lease.sql();
+    let mut attempt = 1;
+    let out = loop {
+        let mut last_ms = 0;
+        let out = pg_bounded(sql, budget, "BEGIN", |sql| {
+            run_caught(
+                f,
+                &mut Writer {
+                    sql,
+                    last_ms: &mut last_ms,
+                },
+            )
+        });
+        match out {
+            Err(ApiError::Contended) if attempt < PG_WRITE_ATTEMPTS => attempt += 1,
+            other => break other,
+        }
+    };
+    lease.clean = true;
+    budget.settle(out)
+}
+
+/// One connection to the PostgreSQL store, its schema brought up to date.
+fn open_pg_migrated(url: &str) -> Result<PgConn, LedgerError> {
+    let conn = open_pg(url)?;
+    migrate_sql(Sql::Pg(&conn)).map_err(|e| LedgerError::Store {
+        at: redact_url_credentials(url),
+        detail: format!("bringing the schema up to date: {e}; the server's log has the cause"),
+    })?;
+    Ok(conn)
+}
+
+/// Runs `f` in one transaction on one fresh connection to the store at `at`: the key commands,
+/// which work with or without a running server. Blocking; not for async code.
+pub fn with_store<T>(
+    at: &Location,
+    f: impl FnOnce(Sql<'_>) -> Result<T, ApiError>,
+) -> Result<T, LedgerError> {
+    match at {
+        Location::Sqlite(data) => {
+            let conn = open_connection(data)?;
+            Ok(Sql::Lite(&conn).transaction(f)?)
+        }
+        Location::Postgres(url) => {
+            let conn = open_pg_migrated(url)?;
+            Ok(Sql::Pg(&conn).transaction(f)?)
+        }
     }
 }
 
@@ -637,17 +1124,6 @@ fn task_failed(what: &str, e: tokio::task::JoinError) -> ApiError {
     ))
 }
 
-/// An idle reader; a fresh one if a lease was ever lost, so the pool keeps its size.
-fn take_reader(inner: &Inner) -> Result<Connection, ApiError> {
-    if let Some(conn) = lock(&inner.readers.idle).pop() {
-        return Ok(conn);
-    }
-    open_reader(&inner.path).map_err(|e| {
-        tracing::error!("{e}");
-        ApiError::Database
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -656,18 +1132,29 @@ mod tests {
     const ENDLESS: &str =
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000000)";
 
-    fn count_orgs(conn: &Connection) -> Result<i64, ApiError> {
-        Ok(conn.query_row("SELECT count(*) FROM orgs", [], |r| r.get(0))?)
+    fn count_orgs(conn: Sql<'_>) -> Result<i64, ApiError> {
+        conn.value("SELECT count(*) FROM orgs", &[])
+    }
+
+    fn sqlite(dir: &tempfile::TempDir) -> Location {
+        Location::Sqlite(dir.path().to_path_buf())
+    }
+
+    fn queued(db: &Db) -> usize {
+        match &db.0.backend {
+            Backend::Lite { queue, .. } => QUEUED_WRITES - queue.capacity(),
+            Backend::Pg { .. } => 0,
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_budget_stops_a_read_and_rolls_back_a_write() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path(), 1).unwrap();
+        let db = Db::open(&sqlite(&dir), 1).unwrap();
         let endless_read = format!("{ENDLESS} SELECT count(*) FROM n");
         let read = db
             .read("org_a", Budget::start(50), move |c| {
-                Ok(c.query_row(&endless_read, [], |r| r.get::<_, i64>(0))?)
+                c.value::<i64>(&endless_read, &[])
             })
             .await;
         assert!(
@@ -683,7 +1170,7 @@ mod tests {
         );
         let write = db
             .write(Budget::start(50), move |w| {
-                w.conn.execute(&endless_write, [])?;
+                w.sql().execute(&endless_write, &[])?;
                 Ok(())
             })
             .await;
@@ -695,10 +1182,10 @@ mod tests {
         assert_eq!(orgs.unwrap(), 0, "a stopped write leaves nothing behind");
         let write = db
             .write(Budget::start(60_000), |w| {
-                Ok(w.conn.execute(
+                w.sql().execute(
                     "INSERT INTO orgs (id, name, created_at) VALUES ('org_x', 'x', 0)",
-                    [],
-                )?)
+                    &[],
+                )
             })
             .await;
         assert_eq!(write.unwrap(), 1, "the writer works after an interrupt");
@@ -708,7 +1195,7 @@ mod tests {
     async fn one_org_cannot_hold_every_reader() {
         let dir = tempfile::tempdir().unwrap();
         // Two readers: each org may hold one.
-        let db = Db::open(dir.path(), 2).unwrap();
+        let db = Db::open(&sqlite(&dir), 2).unwrap();
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
         let holder = tokio::spawn({
@@ -747,12 +1234,12 @@ mod tests {
         assert_eq!(db.readers(), (2, 0));
     }
 
-    fn insert_org(id: &'static str) -> impl FnMut(&mut Writer) -> Result<usize, ApiError> {
+    fn insert_org(id: &'static str) -> impl FnMut(&mut Writer<'_>) -> Result<usize, ApiError> {
         move |w| {
-            Ok(w.conn.execute(
+            w.sql().execute(
                 "INSERT INTO orgs (id, name, created_at) VALUES (?1, ?1, 0)",
-                [id],
-            )?)
+                args![id],
+            )
         }
     }
 
@@ -761,14 +1248,14 @@ mod tests {
     async fn queue_write<T: Send + 'static>(
         db: &Db,
         budget_ms: u64,
-        work: impl FnMut(&mut Writer) -> Result<T, ApiError> + Send + 'static,
+        work: impl FnMut(&mut Writer<'_>) -> Result<T, ApiError> + Send + 'static,
     ) -> tokio::task::JoinHandle<Result<T, ApiError>> {
-        let queued = QUEUED_WRITES - db.0.queue.capacity();
+        let before = queued(db);
         let handle = tokio::spawn({
             let db = db.clone();
             async move { db.write(Budget::start(budget_ms), work).await }
         });
-        while QUEUED_WRITES - db.0.queue.capacity() == queued {
+        while queued(db) == before {
             tokio::task::yield_now().await;
         }
         handle
@@ -777,7 +1264,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_commit_holds_a_batch_and_an_interrupted_write_undoes_only_itself() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path(), 1).unwrap();
+        let db = Db::open(&sqlite(&dir), 1).unwrap();
         // Hold the writer so that the next writes queue up and are committed as one batch.
         let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -787,7 +1274,9 @@ mod tests {
                 db.with_writer(|_| {
                     held_tx.send(()).unwrap();
                     release_rx.recv().unwrap();
+                    Ok(())
                 })
+                .unwrap()
             }
         });
         held_rx.recv().unwrap();
@@ -796,13 +1285,13 @@ mod tests {
             let db = db.clone();
             async move { db.write(Budget::start(60_000), insert_org("org_a")).await }
         });
-        while db.0.queue.capacity() != QUEUED_WRITES {
+        while queued(&db) != 0 {
             tokio::task::yield_now().await;
         }
         let endless = format!(
             "INSERT INTO orgs (id, name, created_at) {ENDLESS} SELECT 'o' || i, 'n' || i, 0 FROM n"
         );
-        let stopped = queue_write(&db, 1_000, move |w| Ok(w.conn.execute(&endless, [])?)).await;
+        let stopped = queue_write(&db, 1_000, move |w| w.sql().execute(&endless, &[])).await;
         let last = queue_write(&db, 60_000, insert_org("org_c")).await;
         // A write that fails on its own (a duplicate key) is undone alone, without a restart.
         let duplicate = queue_write(&db, 60_000, insert_org("org_c")).await;
@@ -819,11 +1308,9 @@ mod tests {
         assert!(duplicate.await.unwrap().is_err());
         let names: Vec<String> = db
             .read_unscoped(Budget::start(60_000), |c| {
-                let mut stmt = c.prepare("SELECT id FROM orgs ORDER BY id")?;
-                let ids = stmt
-                    .query_map([], |r| r.get(0))?
-                    .collect::<Result<_, _>>()?;
-                Ok(ids)
+                c.query("SELECT id FROM orgs ORDER BY id", &[], |r| {
+                    r.get::<String>(0)
+                })
             })
             .await
             .unwrap();

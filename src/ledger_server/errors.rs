@@ -33,6 +33,11 @@ pub enum LedgerError {
     Usage(String),
     #[error("no key with id {0}; `metabob-mcp ledger key list` shows the ids")]
     UnknownKey(String),
+    /// The store could not be reached or readied; `at` never shows a password.
+    #[error("ledger store {at}: {detail}")]
+    Store { at: String, detail: String },
+    #[error("ledger store: {0}")]
+    Api(#[from] ApiError),
 }
 
 /// Which search bound a `query` went over (SPEC.md §The embedded ledger).
@@ -114,6 +119,10 @@ pub enum ApiError {
     ForwardUnreachable { shape: String, detail: String },
     #[error("forward_failed({shape}): timeout after {timeout_ms} ms")]
     ForwardTimeout { shape: String, timeout_ms: u64 },
+    /// Another replica's write held what this one needed in a cycle, and retrying did not
+    /// get through (PostgreSQL's deadlock or serialization refusal).
+    #[error("request_contended: a concurrent write held what this one needed")]
+    Contended,
     /// The database failed; what it said is in the server's log, never in the answer.
     #[error("internal: database failure")]
     Database,
@@ -149,7 +158,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::BudgetExceeded { .. } | ApiError::Interrupted => {
+            ApiError::BudgetExceeded { .. } | ApiError::Interrupted | ApiError::Contended => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ApiError::ForwardUnreachable { .. } | ApiError::ForwardTimeout { .. } => {
@@ -217,6 +226,10 @@ impl ApiError {
                 "error": "forward_failed", "shape": shape, "reason": "timeout", "timeout_ms": timeout_ms,
                 "detail": format!("the producer did not answer within {timeout_ms} ms"),
             }),
+            ApiError::Contended => json!({
+                "error": "request_contended",
+                "detail": "a concurrent write held what this one needed; nothing was written; try again",
+            }),
             ApiError::Database => json!({
                 "error": "internal",
                 "detail": "the ledger's database failed; the server's log has the cause",
@@ -259,6 +272,37 @@ impl From<rusqlite::Error> for ApiError {
         }
         // The database's words go to the operator, never to the caller.
         tracing::error!("ledger database: {e}");
+        ApiError::Database
+    }
+}
+
+impl From<postgres::Error> for ApiError {
+    fn from(e: postgres::Error) -> Self {
+        use postgres::error::SqlState;
+        match e.code() {
+            Some(c) if *c == SqlState::QUERY_CANCELED => return ApiError::Interrupted,
+            Some(c)
+                if *c == SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == SqlState::T_R_SERIALIZATION_FAILURE =>
+            {
+                return ApiError::Contended;
+            }
+            // PostgreSQL text cannot hold U+0000, which SQLite stores; the caller learns why.
+            Some(c)
+                if *c == SqlState::CHARACTER_NOT_IN_REPERTOIRE
+                    || *c == SqlState::UNTRANSLATABLE_CHARACTER =>
+            {
+                return ApiError::bad(
+                    "a text field holds a NUL byte (U+0000), which this ledger's store cannot keep",
+                );
+            }
+            _ => {}
+        }
+        // The client library's own text is only "db error"; the server's words are in the cause.
+        match e.as_db_error() {
+            Some(db) => tracing::error!("ledger database: {}: {}", db.code().code(), db.message()),
+            None => tracing::error!("ledger database: {e}"),
+        }
         ApiError::Database
     }
 }

@@ -5,6 +5,10 @@ use serde_json::{Map, Value};
 
 use super::errors::ApiError;
 
+/// Text with U+0000 is refused on every store: PostgreSQL cannot keep it, and the two stores
+/// answer the same.
+const NUL: &str = "contains a NUL byte (U+0000), which the ledger does not store";
+
 /// A JSON object plus the path it sits at (`""`, `"conceptData."`), for error details.
 pub struct Fields<'a> {
     obj: &'a Map<String, Value>,
@@ -31,6 +35,7 @@ impl<'a> Fields<'a> {
     pub fn opt_str(&self, name: &str) -> Result<Option<&'a str>, ApiError> {
         match self.get(name) {
             None => Ok(None),
+            Some(Value::String(s)) if s.contains('\0') => Err(self.err(name, NUL)),
             Some(Value::String(s)) => Ok(Some(s.as_str())),
             Some(_) => Err(self.err(name, "must be a string")),
         }
@@ -84,10 +89,10 @@ impl<'a> Fields<'a> {
             None => Ok(None),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| self.err(name, "must be an array of strings"))
+                .map(|v| match v.as_str() {
+                    Some(s) if s.contains('\0') => Err(self.err(name, NUL)),
+                    Some(s) => Ok(s.to_string()),
+                    None => Err(self.err(name, "must be an array of strings")),
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),

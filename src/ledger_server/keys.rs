@@ -2,13 +2,11 @@
 //!
 //! A key is shown once and stored only as its SHA-256, so the file never holds a usable secret.
 
-use std::path::Path;
-
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use super::db::open_connection;
+use super::db::{Location, with_store};
 use super::errors::{ApiError, LedgerError};
+use super::sql::{Sql, args};
 use crate::util::{now_ms, random_hex, rfc3339_ms, sha256_hex};
 
 pub const KEY_PREFIX: &str = "mb_live_";
@@ -83,31 +81,30 @@ impl KeyIdentity {
     }
 }
 
-/// Checks a presented key against the file. Run per request, with no cache, so a revocation by
+/// Checks a presented key against the store. Run per request, with no cache, so a revocation by
 /// `ledger key revoke` (another process) holds from the next request on.
 // anchor: authenticate
-pub fn authenticate(conn: &Connection, key: &str) -> Result<KeyIdentity, ApiError> {
+pub fn authenticate(conn: Sql<'_>, key: &str) -> Result<KeyIdentity, ApiError> {
     let key = key.trim();
     if !key.starts_with(KEY_PREFIX) {
         return Err(ApiError::KeyRejected("unknown key"));
     }
     // Cached: every request asks it.
-    let row = conn
-        .prepare_cached(
-            "SELECT k.id, k.org_id, o.name, k.scopes, k.label, k.revoked_at
-             FROM api_keys k JOIN orgs o ON o.id = k.org_id WHERE k.key_hash = ?1",
-        )?
-        .query_row([sha256_hex(key.as_bytes())], |r| {
+    let row = conn.query_opt(
+        "SELECT k.id, k.org_id, o.name, k.scopes, k.label, k.revoked_at
+         FROM api_keys k JOIN orgs o ON o.id = k.org_id WHERE k.key_hash = ?1",
+        args![sha256_hex(key.as_bytes())],
+        |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, Option<String>>(4)?,
-                r.get::<_, Option<i64>>(5)?,
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<String>(2)?,
+                r.get::<String>(3)?,
+                r.get::<Option<String>>(4)?,
+                r.get::<Option<i64>>(5)?,
             ))
-        })
-        .optional()?;
+        },
+    )?;
     let Some((key_id, org_id, org_name, scopes, label, revoked)) = row else {
         return Err(ApiError::KeyRejected("unknown key"));
     };
@@ -137,38 +134,36 @@ pub struct CreatedKey {
     pub label: Option<String>,
 }
 
-fn ensure_org(conn: &Connection, name: &str) -> rusqlite::Result<String> {
-    if let Some(id) = conn
-        .query_row("SELECT id FROM orgs WHERE name = ?1", [name], |r| r.get(0))
-        .optional()?
-    {
+fn ensure_org(conn: Sql<'_>, name: &str) -> Result<String, ApiError> {
+    if let Some(id) = conn.query_opt("SELECT id FROM orgs WHERE name = ?1", args![name], |r| {
+        r.get(0)
+    })? {
         return Ok(id);
     }
     let id = format!("org_{}", random_hex(6));
     conn.execute(
         "INSERT INTO orgs (id, name, created_at) VALUES (?1, ?2, ?3)",
-        params![id, name, now_ms()],
+        args![id, name, now_ms()],
     )?;
     Ok(id)
 }
 
-/// Creates a key in org `org` (creating the org when missing), inside one transaction.
+/// Creates a key in org `org` (creating the org when missing), inside the caller's transaction.
 // anchor: create_key_in
 pub fn create_key_in(
-    conn: &Connection,
+    conn: Sql<'_>,
     org: &str,
     scopes: &[Scope],
     label: Option<&str>,
-) -> rusqlite::Result<CreatedKey> {
-    let tx = conn.unchecked_transaction()?;
-    let org_id = ensure_org(&tx, org)?;
+) -> Result<CreatedKey, ApiError> {
+    let tx = conn;
+    let org_id = ensure_org(tx, org)?;
     let key = format!("{KEY_PREFIX}{}", random_hex(16));
     let key_id = format!("key_{}", random_hex(6));
     tx.execute(
         "INSERT INTO api_keys (id, org_id, key_hash, scopes, label, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![key_id, org_id, sha256_hex(key.as_bytes()), scopes_text(scopes), label, now_ms()],
+        args![key_id, org_id, sha256_hex(key.as_bytes()), scopes_text(scopes), label, now_ms()],
     )?;
-    tx.commit()?;
     Ok(CreatedKey {
         key_id,
         key,
@@ -179,9 +174,9 @@ pub fn create_key_in(
     })
 }
 
-/// `ledger key create`: opens the file directly, so it works with or without a running server.
+/// `ledger key create`: opens the store directly, so it works with or without a running server.
 pub fn create_key(
-    data: &Path,
+    at: &Location,
     org: &str,
     scopes: &str,
     label: Option<&str>,
@@ -191,8 +186,7 @@ pub fn create_key(
         return Err(LedgerError::Usage("--org must not be empty".into()));
     }
     let scopes = parse_scopes(scopes).map_err(LedgerError::Usage)?;
-    let conn = open_connection(data)?;
-    Ok(create_key_in(&conn, org, &scopes, label)?)
+    with_store(at, |conn| create_key_in(conn, org, &scopes, label))
 }
 
 /// One row of `ledger key list`; never the key itself, which is not stored.
@@ -208,27 +202,28 @@ pub struct KeyInfo {
     pub revoked_at: Option<String>,
 }
 
-pub fn list_keys(data: &Path) -> Result<Vec<KeyInfo>, LedgerError> {
-    let conn = open_connection(data)?;
-    let mut stmt = conn.prepare(
-        "SELECT k.id, o.name, k.org_id, k.scopes, k.label, k.created_at, k.revoked_at
+pub fn list_keys(at: &Location) -> Result<Vec<KeyInfo>, LedgerError> {
+    with_store(at, |conn| {
+        conn.query(
+            "SELECT k.id, o.name, k.org_id, k.scopes, k.label, k.created_at, k.revoked_at
          FROM api_keys k JOIN orgs o ON o.id = k.org_id ORDER BY k.created_at, k.id",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        let scopes: String = r.get(3)?;
-        let revoked_at: Option<i64> = r.get(6)?;
-        Ok(KeyInfo {
-            key_id: r.get(0)?,
-            org: r.get(1)?,
-            org_id: r.get(2)?,
-            scopes: scopes.split(',').map(str::to_string).collect(),
-            label: r.get(4)?,
-            created_at: rfc3339_ms(r.get(5)?),
-            revoked: revoked_at.is_some(),
-            revoked_at: revoked_at.map(rfc3339_ms),
-        })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+            &[],
+            |r| {
+                let scopes: String = r.get(3)?;
+                let revoked_at: Option<i64> = r.get(6)?;
+                Ok(KeyInfo {
+                    key_id: r.get(0)?,
+                    org: r.get(1)?,
+                    org_id: r.get(2)?,
+                    scopes: scopes.split(',').map(str::to_string).collect(),
+                    label: r.get(4)?,
+                    created_at: rfc3339_ms(r.get(5)?),
+                    revoked: revoked_at.is_some(),
+                    revoked_at: revoked_at.map(rfc3339_ms),
+                })
+            },
+        )
+    })
 }
 
 /// Outcome of `ledger key revoke`.
@@ -238,30 +233,30 @@ pub enum Revoked {
     Already,
 }
 
-pub fn revoke_key(data: &Path, key_id: &str) -> Result<Revoked, LedgerError> {
-    let conn = open_connection(data)?;
-    let revoked: Option<Option<i64>> = conn
-        .query_row(
+pub fn revoke_key(at: &Location, key_id: &str) -> Result<Revoked, LedgerError> {
+    let revoked = with_store(at, |conn| {
+        let revoked: Option<Option<i64>> = conn.query_opt(
             "SELECT revoked_at FROM api_keys WHERE id = ?1",
-            [key_id],
+            args![key_id],
             |r| r.get(0),
-        )
-        .optional()?;
+        )?;
+        if let Some(None) = revoked {
+            conn.execute(
+                "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1",
+                args![key_id, now_ms()],
+            )?;
+        }
+        Ok(revoked)
+    })?;
     match revoked {
         None => Err(LedgerError::UnknownKey(key_id.to_string())),
         Some(Some(_)) => Ok(Revoked::Already),
-        Some(None) => {
-            conn.execute(
-                "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1",
-                params![key_id, now_ms()],
-            )?;
-            Ok(Revoked::Now)
-        }
+        Some(None) => Ok(Revoked::Now),
     }
 }
 
 /// True when the file has no org yet: the first start, which mints the admin key.
-pub fn has_no_orgs(conn: &Connection) -> rusqlite::Result<bool> {
-    let n: i64 = conn.query_row("SELECT count(*) FROM orgs", [], |r| r.get(0))?;
+pub fn has_no_orgs(conn: Sql<'_>) -> Result<bool, ApiError> {
+    let n: i64 = conn.value("SELECT count(*) FROM orgs", &[])?;
     Ok(n == 0)
 }

@@ -1,8 +1,9 @@
 //! The embedded ledger (see SPEC.md §The embedded ledger): discovery, identity and concept-db in
-//! one process over one SQLite file.
+//! one process over one store: a SQLite file by default, or a PostgreSQL database that any
+//! number of replicas share (`db::Location`).
 //!
-//! `serve` binds, opens the file, runs the first start, prints the one stdout line and serves
-//! until SIGINT/SIGTERM. The key commands (`keys`) open the same file directly.
+//! `serve` binds, opens the store, runs the first start, prints the one stdout line and serves
+//! until SIGINT/SIGTERM. The key commands (`keys`) open the same store directly.
 //!
 //! No single request can stall the ledger: a search is bounded in size and words
 //! (`concepts::check_query`), reads share a pool of connections (`db::Db`), every request's
@@ -21,6 +22,7 @@ pub mod keys;
 pub mod open_tasks;
 pub mod resolve;
 pub mod routes;
+pub mod sql;
 pub mod take;
 
 use std::collections::BTreeMap;
@@ -36,6 +38,7 @@ pub use keys::{CreatedKey, KeyInfo, Revoked, create_key, list_keys, revoke_key};
 
 use crate::env::Env;
 use db::Db;
+pub use db::Location;
 use keys::{DEFAULT_ORG, Scope, create_key_in, has_no_orgs};
 use resolve::{LEDGER_SHAPES, Ledger};
 
@@ -108,7 +111,7 @@ fn env_number(env: &Env, name: &str, default: u64, max: u64) -> Result<u64, Ledg
 /// What `ledger serve` was asked for.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    pub data: PathBuf,
+    pub store: Location,
     pub listen: String,
     pub public_url: Option<String>,
     /// `SHAPE=URL` as given on the command line.
@@ -186,8 +189,8 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         None => default_public_url(bound),
     };
 
-    let data = opts.data.clone();
-    let db = tokio::task::spawn_blocking(move || Db::open(&data, limits.readers))
+    let at = opts.store.clone();
+    let db = tokio::task::spawn_blocking(move || Db::open(&at, limits.readers))
         .await
         .map_err(|e| LedgerError::Usage(format!("opening the ledger failed: {e}")))??;
     {
@@ -214,7 +217,7 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         let _ = writeln!(out, "metabob-ledger listening on http://{bound}");
         let _ = out.flush();
     }
-    tracing::info!(data = %ledger.db.path().display(), ?limits, "ledger serving");
+    tracing::info!(store = %ledger.db.shown(), ?limits, "ledger serving");
     let idle_timeout = ledger.idle_timeout;
     // Boxed, so this deep future (hyper's connection over axum's router) is not laid out inside
     // every caller's: a build that spawned the whole command future overflowed rustc's query
@@ -255,12 +258,12 @@ async fn shutdown_signal() {
 /// configuration) `~/.substrate/config.json` pointing at this ledger, so clients attach with no flags.
 // anchor: first_start
 fn first_start(db: &Db, env: &Env, public_url: &str) -> Result<(), LedgerError> {
-    let created = db.with_writer(|w| -> rusqlite::Result<Option<CreatedKey>> {
-        if !has_no_orgs(&w.conn)? {
+    let created = db.with_writer(|w| -> Result<Option<CreatedKey>, ApiError> {
+        if !has_no_orgs(w.sql())? {
             return Ok(None);
         }
         create_key_in(
-            &w.conn,
+            w.sql(),
             DEFAULT_ORG,
             &[Scope::Read, Scope::Write, Scope::Admin],
             Some("first-start admin"),

@@ -6,12 +6,12 @@
 //! task, the claim that the holder rule put first among the task's current claims: if that
 //! claim is live now, it holds the task now (no other live claim began earlier).
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::concepts::load_concept;
 use super::errors::ApiError;
 use super::goals::store::task_rows;
+use super::sql::{Sql, args};
 use crate::ledger::claims::{self, Held};
 use crate::ledger::finding::{FINDING_SHAPE, Finding, Severity};
 use crate::ledger::verdict::{Standing, VERDICT_SHAPE, Verdict, standing};
@@ -36,6 +36,25 @@ CREATE TABLE IF NOT EXISTS open_tasks (
 CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
 "#;
 
+/// The same table on PostgreSQL (`db::migrate`).
+pub const PG_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS open_tasks (
+    org_id      TEXT NOT NULL REFERENCES orgs(id),
+    concept_id  TEXT NOT NULL REFERENCES concepts(id),
+    seq         BIGINT NOT NULL,
+    task_id     TEXT NOT NULL,
+    severity    TEXT NOT NULL,
+    repo        TEXT NOT NULL,
+    files       TEXT NOT NULL,
+    holder      TEXT,
+    held_since  BIGINT,
+    held_until  BIGINT,
+    held_claim  TEXT,
+    PRIMARY KEY (org_id, concept_id)
+);
+CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
+"#;
+
 /// The most open tasks one take looks through, oldest first: far more than a fleet keeps open,
 /// and a bound on a take's work whatever an org wrote.
 pub const MAX_SCANNED: i64 = 10_000;
@@ -43,7 +62,7 @@ pub const MAX_SCANNED: i64 = 10_000;
 /// Keeps the index in step with one concept just written on `conn` (anchor: index-concept): a
 /// task recorded open joins it; a verdict that closes a task, or holds its fix pending, takes
 /// every task it names out once the task's rows no longer stand open. Claim rows change nothing.
-pub fn on_insert(conn: &Connection, org: &str, concept: &Value) -> Result<(), ApiError> {
+pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiError> {
     match concept.get("shape").and_then(Value::as_str) {
         // Only a task can join; most findings are not tasks, and a word is cheaper to look for
         // than a whole row to read.
@@ -55,19 +74,19 @@ pub fn on_insert(conn: &Connection, org: &str, concept: &Value) -> Result<(), Ap
                 let seq = concept.get("seq").and_then(Value::as_i64).unwrap_or(0);
                 // What ordering and the repository test need, kept beside the id so that a take
                 // weighs every open task without reading one row.
-                conn.prepare_cached(
-                    "INSERT OR IGNORE INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )?
-                .execute(params![
-                    org,
-                    f.concept_id,
-                    seq,
-                    f.id(),
-                    f.severity.as_str(),
-                    f.repo.as_deref().unwrap_or_default(),
-                    serde_json::to_string(&f.files).unwrap_or_default(),
-                ])?;
+                conn.execute(
+                    "INSERT INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                    args![
+                        org,
+                        &f.concept_id,
+                        seq,
+                        f.id(),
+                        f.severity.as_str(),
+                        f.repo.as_deref().unwrap_or_default(),
+                        serde_json::to_string(&f.files).unwrap_or_default(),
+                    ],
+                )?;
             }
         }
         Some(VERDICT_SHAPE) => {
@@ -96,20 +115,22 @@ fn mentions_task(concept: &Value) -> bool {
 }
 
 /// The indexed tasks a verdict names by id.
-fn tasks_named(conn: &Connection, org: &str, v: &Verdict) -> Result<Vec<Finding>, ApiError> {
+fn tasks_named(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<Vec<Finding>, ApiError> {
     let mut out = Vec::new();
-    let mut stmt = conn.prepare_cached(
-        "SELECT o.concept_id FROM open_tasks o JOIN concepts c ON c.id = o.concept_id
-           WHERE o.org_id = ?1
-             AND c.seq IN (SELECT rowid FROM concepts_fts WHERE concepts_fts MATCH ?2)",
-    )?;
     for id in &v.finding_ids {
-        let Some(expr) = super::concepts::fts_query(id) else {
+        let Some((names, words)) = conn.fts_filter("c.", 2, id) else {
             continue;
         };
-        let ids = stmt
-            .query_map(params![org, expr], |r| r.get::<_, String>(0))?
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut bound = args![org].to_vec();
+        bound.extend(words);
+        let ids = conn.query(
+            &format!(
+                "SELECT o.concept_id FROM open_tasks o JOIN concepts c ON c.id = o.concept_id
+                   WHERE o.org_id = ?1 AND {names}"
+            ),
+            &bound,
+            |r| r.get::<String>(0),
+        )?;
         for cid in ids {
             if let Ok(Some(f)) = Finding::read(&load_concept(conn, org, &cid)?)
                 && v.concerns(&f)
@@ -123,7 +144,7 @@ fn tasks_named(conn: &Connection, org: &str, v: &Verdict) -> Result<Vec<Finding>
 }
 
 /// Takes `task` out of the index unless its rows still stand open, and keeps who holds it.
-fn refresh(conn: &Connection, org: &str, task: &Finding) -> Result<(), ApiError> {
+fn refresh(conn: Sql<'_>, org: &str, task: &Finding) -> Result<(), ApiError> {
     let rows: Vec<Verdict> = task_rows(conn, org, task)?
         .into_iter()
         .map(|r| r.verdict)
@@ -131,50 +152,49 @@ fn refresh(conn: &Connection, org: &str, task: &Finding) -> Result<(), ApiError>
     if !matches!(standing(&rows), Standing::Open) {
         conn.execute(
             "DELETE FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
-            params![org, task.concept_id],
+            args![org, &task.concept_id],
         )?;
         return Ok(());
     }
     // Who holds it now, and until when: the holder rule's answer changes only with the rows,
     // and by the clock, which a reader of these columns applies itself.
     let held = claims::holder(&rows, i64::MIN);
-    conn.prepare_cached(
+    conn.execute(
         "UPDATE open_tasks SET holder = ?3, held_since = ?4, held_until = ?5, held_claim = ?6
            WHERE org_id = ?1 AND concept_id = ?2",
-    )?
-    .execute(params![
-        org,
-        task.concept_id,
-        held.as_ref().map(|h| h.holder.as_str()),
-        held.as_ref().map(|h| h.began_ms),
-        held.as_ref().map(|h| h.until_ms),
-        held.as_ref().map(|h| h.concept_id.as_str()),
-    ])?;
+        args![
+            org,
+            &task.concept_id,
+            held.as_ref().map(|h| h.holder.as_str()),
+            held.as_ref().map(|h| h.began_ms),
+            held.as_ref().map(|h| h.until_ms),
+            held.as_ref().map(|h| h.concept_id.as_str()),
+        ],
+    )?;
     Ok(())
 }
 
 /// The claim the index last saw holding `concept_id`, if it is still live at `now` (the holder
 /// rule's skew allowance included); `None` when nobody's claim is, or the task is not indexed.
 pub fn held(
-    conn: &Connection,
+    conn: Sql<'_>,
     org: &str,
     concept_id: &str,
     now: i64,
 ) -> Result<Option<Held>, ApiError> {
-    let row = conn
-        .prepare_cached(
-            "SELECT holder, held_since, held_until, held_claim FROM open_tasks
-               WHERE org_id = ?1 AND concept_id = ?2 AND holder IS NOT NULL",
-        )?
-        .query_row(params![org, concept_id], |r| {
+    let row = conn.query_opt(
+        "SELECT holder, held_since, held_until, held_claim FROM open_tasks
+           WHERE org_id = ?1 AND concept_id = ?2 AND holder IS NOT NULL",
+        args![org, concept_id],
+        |r| {
             Ok(Held {
                 holder: r.get(0)?,
                 began_ms: r.get(1)?,
                 until_ms: r.get(2)?,
                 concept_id: r.get(3)?,
             })
-        })
-        .optional()?;
+        },
+    )?;
     Ok(row.filter(|h| now < claims::lapses_at(h)))
 }
 
@@ -188,13 +208,12 @@ pub struct OpenTask {
 }
 
 /// The org's indexed open tasks, oldest first; at most [`MAX_SCANNED`]. No concept is read.
-pub fn open(conn: &Connection, org: &str) -> Result<Vec<OpenTask>, ApiError> {
-    let mut stmt = conn.prepare_cached(
+pub fn open(conn: Sql<'_>, org: &str) -> Result<Vec<OpenTask>, ApiError> {
+    conn.query(
         "SELECT concept_id, task_id, severity, repo, files FROM open_tasks
            WHERE org_id = ?1 ORDER BY seq LIMIT ?2",
-    )?;
-    let rows = stmt
-        .query_map(params![org, MAX_SCANNED], |r| {
+        args![org, MAX_SCANNED],
+        |r| {
             let severity: String = r.get(2)?;
             let files: String = r.get(4)?;
             Ok(OpenTask {
@@ -204,19 +223,17 @@ pub fn open(conn: &Connection, org: &str) -> Result<Vec<OpenTask>, ApiError> {
                 repo: r.get(3)?,
                 files: serde_json::from_str(&files).unwrap_or_default(),
             })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(rows)
+        },
+    )
 }
 
 /// Builds the index from what the file already holds: run once, when the schema gains it.
-pub fn backfill(conn: &Connection) -> Result<(), ApiError> {
-    let mut stmt = conn.prepare("SELECT org_id, id FROM concepts WHERE shape = ?1 ORDER BY seq")?;
-    let tasks = stmt
-        .query_map([FINDING_SHAPE], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+pub fn backfill(conn: Sql<'_>) -> Result<(), ApiError> {
+    let tasks = conn.query(
+        "SELECT org_id, id FROM concepts WHERE shape = ?1 ORDER BY seq",
+        args![FINDING_SHAPE],
+        |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+    )?;
     for (org, id) in tasks {
         let concept = load_concept(conn, &org, &id)?;
         on_insert(conn, &org, &concept)?;
@@ -230,11 +247,13 @@ pub fn backfill(conn: &Connection) -> Result<(), ApiError> {
 }
 
 /// Whether the index holds `concept_id` as one of the org's open tasks.
-pub fn indexed(conn: &Connection, org: &str, concept_id: &str) -> Result<bool, ApiError> {
+pub fn indexed(conn: Sql<'_>, org: &str, concept_id: &str) -> Result<bool, ApiError> {
     Ok(conn
-        .prepare_cached("SELECT 1 FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2")?
-        .query_row(params![org, concept_id], |_| Ok(()))
-        .optional()?
+        .query_opt(
+            "SELECT 1 FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
+            args![org, concept_id],
+            |_| Ok(()),
+        )?
         .is_some())
 }
 
@@ -244,7 +263,7 @@ mod tests {
     use crate::ledger::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
     use crate::ledger::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
     use crate::ledger_server::concepts::CreateConcept;
-    use crate::ledger_server::db::{Budget, Db};
+    use crate::ledger_server::db::{Budget, Db, Location};
     use crate::ledger_server::input::Fields;
 
     fn write(db: &Db, org: &'static str, pointer: Value) -> Value {
@@ -291,7 +310,7 @@ mod tests {
     }
 
     fn open_ids(db: &Db) -> Vec<String> {
-        db.with_writer(|w| open(&w.conn, "org_a"))
+        db.with_writer(|w| open(w.sql(), "org_a"))
             .unwrap()
             .into_iter()
             .map(|t| t.task_id)
@@ -299,7 +318,7 @@ mod tests {
     }
 
     fn holder_now(db: &Db, f: &Finding) -> Option<String> {
-        db.with_writer(|w| held(&w.conn, "org_a", &f.concept_id, crate::util::now_ms()))
+        db.with_writer(|w| held(w.sql(), "org_a", &f.concept_id, crate::util::now_ms()))
             .unwrap()
             .map(|h| h.holder)
     }
@@ -307,11 +326,11 @@ mod tests {
     #[test]
     fn the_index_follows_tasks_and_their_closing_verdicts_and_is_rebuilt_from_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path(), 1).unwrap();
+        let db = Db::open(&Location::Sqlite(dir.path().to_path_buf()), 1).unwrap();
         db.with_writer(|w| {
-            w.conn.execute(
+            w.sql().execute(
                 "INSERT INTO orgs (id, name, created_at) VALUES ('org_a', 'a', 0)",
-                [],
+                &[],
             )
         })
         .unwrap();
@@ -334,14 +353,14 @@ mod tests {
 
         // Built again from the rows alone, the index says the same.
         db.with_writer(|w| {
-            w.conn.execute("DELETE FROM open_tasks", [])?;
-            backfill(&w.conn).map_err(|_| rusqlite::Error::InvalidQuery)
+            w.sql().execute("DELETE FROM open_tasks", &[])?;
+            backfill(w.sql())
         })
         .unwrap();
         assert_eq!(open_ids(&db), [b.id()]);
         // Another org's index is its own.
         assert!(
-            db.with_writer(|w| open(&w.conn, "org_b"))
+            db.with_writer(|w| open(w.sql(), "org_b"))
                 .unwrap()
                 .is_empty()
         );

@@ -309,7 +309,7 @@ async fn own_write_on_writer(
     let (status, body) = ledger
         .db
         .write(budget, move |w| {
-            let key = authenticate(&w.conn, &raw_key)?;
+            let key = authenticate(w.sql(), &raw_key)?;
             own_write(w, &key, &shape, &pointer)
         })
         .await?;

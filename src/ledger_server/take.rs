@@ -4,7 +4,6 @@
 //! rows it writes are the claim row and link `task pull`'s read-back path writes, composed by
 //! the same code, so every reader weighs them with the same holder rule.
 
-use rusqlite::Connection;
 use serde_json::{Map, Value, json};
 
 use super::concepts::{CreateConcept, Link, load_concept};
@@ -13,6 +12,7 @@ use super::errors::ApiError;
 use super::goals::store::task_rows;
 use super::input::Fields;
 use super::open_tasks;
+use super::sql::Sql;
 use crate::ledger::claims::{
     self, DEFAULT_CLAIM_MINUTES, Held, MAX_CLAIM_MINUTES, MAX_TAKE_CANDIDATES,
 };
@@ -58,6 +58,8 @@ enum Look {
     },
     Held(Held),
     Closed,
+    /// Another write is deciding its holder at this moment (another replica's, on PostgreSQL).
+    Busy,
 }
 
 impl TakeRequest {
@@ -108,10 +110,10 @@ impl TakeRequest {
     /// over before it (anchor: run-take). Runs inside one write: what it read cannot change
     /// before its claim is written.
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
-        let now = w.tick();
+        let now = w.tick()?;
         let mut passed = Vec::new();
         for id in &self.candidates {
-            match self.look(&w.conn, org, id, now)? {
+            match self.look(w.sql(), org, id, now)? {
                 Look::Free { task, rows, renew } => {
                     return self.take(w, org, id, (task, rows, renew), now, passed);
                 }
@@ -119,12 +121,13 @@ impl TakeRequest {
                     passed.push(json!({ "concept_id": id, "outcome": "held", "held": h }))
                 }
                 Look::Closed => passed.push(json!({ "concept_id": id, "outcome": "closed" })),
+                Look::Busy => passed.push(json!({ "concept_id": id, "outcome": "busy" })),
             }
         }
         // Read only once the named ones are taken: most takes never get here. What is passed
         // over here the caller never saw, so it is not reported.
-        for id in self.rest_of_repository(&w.conn, org)? {
-            if let Look::Free { task, rows, renew } = self.look(&w.conn, org, &id, now)? {
+        for id in self.rest_of_repository(w.sql(), org)? {
+            if let Look::Free { task, rows, renew } = self.look(w.sql(), org, &id, now)? {
                 return self.take(w, org, &id, (task, rows, renew), now, passed);
             }
         }
@@ -141,7 +144,7 @@ impl TakeRequest {
         now: i64,
         passed: Vec<Value>,
     ) -> Result<Value, ApiError> {
-        let concept = load_concept(&w.conn, org, id)?;
+        let concept = load_concept(w.sql(), org, id)?;
         let held = self.claim(w, org, task, rows, now)?;
         Ok(json!({
             "taken": {
@@ -156,7 +159,7 @@ impl TakeRequest {
 
     /// The repository's open tasks the caller did not name, from the open-task index: most
     /// severe first, then in this claimer's own order, as `task pull` orders what it sees.
-    fn rest_of_repository(&self, conn: &Connection, org: &str) -> Result<Vec<String>, ApiError> {
+    fn rest_of_repository(&self, conn: Sql<'_>, org: &str) -> Result<Vec<String>, ApiError> {
         let Some(repository) = &self.repository else {
             return Ok(Vec::new());
         };
@@ -178,7 +181,7 @@ impl TakeRequest {
         Ok(rest.into_iter().map(|f| f.concept_id).collect())
     }
 
-    fn look(&self, conn: &Connection, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
+    fn look(&self, conn: Sql<'_>, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
         // A task the index does not hold is not open: passed without reading its rows, so a
         // caller whose recall still shows closed tasks as open costs one point read for each.
         if !open_tasks::indexed(conn, org, id)? {
@@ -200,6 +203,14 @@ impl TakeRequest {
             Ok(Some(f)) if f.is_task() && f.status.is_open() => f,
             _ => return Ok(Look::Closed),
         };
+        // Another replica is writing a row about this task right now (PostgreSQL): it is not
+        // free for this take, and waiting could only lose. Once locked, the rows read below
+        // hold every row about it that committed before.
+        for tid in &task.finding_ids {
+            if !conn.try_lock_holder(org, tid)? {
+                return Ok(Look::Busy);
+            }
+        }
         let rows: Vec<Verdict> = task_rows(conn, org, &task)?
             .into_iter()
             .map(|r| r.verdict)
@@ -228,7 +239,7 @@ impl TakeRequest {
     ) -> Result<Held, ApiError> {
         let row = claims::claim_row(&task, &self.vessel, &self.session, self.minutes, now);
         let written = CreateConcept::parse(&fields(&row.to_pointer()), self.claim.as_ref())?
-            .insert(&w.conn, org, now)?;
+            .insert(w.sql(), org, now)?;
         let verdict = Verdict::read(&written).ok().flatten().ok_or_else(|| {
             ApiError::Internal("the claim row written does not read as a claim".into())
         })?;

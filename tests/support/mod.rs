@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod normalize;
+pub mod pg;
 pub use normalize::{layout, normalize, seen, snapshot, verbatim};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_metabob-mcp");
@@ -19,6 +20,9 @@ pub struct TestEnv {
     pub vars: Vec<(String, String)>,
     /// The ids snapshots of this test have named so far (see `normalize`).
     ids: Mutex<normalize::Ids>,
+    /// Each ledger name's database, on PostgreSQL: a ledger started again under the same name
+    /// finds its rows, as it finds its data directory on SQLite.
+    databases: Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl TestEnv {
@@ -54,6 +58,7 @@ impl TestEnv {
             root,
             vars,
             ids: Mutex::default(),
+            databases: Mutex::default(),
         }
     }
 
@@ -197,10 +202,39 @@ impl TestEnv {
         out
     }
 
-    /// Starts `ledger serve` on an ephemeral loopback port with its data under the test root.
+    /// Starts `ledger serve` on an ephemeral loopback port: with its data under the test root,
+    /// or, under `METABOB_TEST_STORE=postgres`, on a database of the test cluster (a new one for
+    /// each name).
     pub fn ledger(&self, name: &str, extra: &[&str]) -> Ledger {
+        if on_postgres() {
+            let url = self
+                .databases
+                .lock()
+                .unwrap()
+                .entry(name.to_string())
+                .or_insert_with(pg::fresh_database)
+                .clone();
+            return self.ledger_on(name, &url, extra);
+        }
         let data = self.root.path().join(format!("ledger-{name}"));
-        Ledger::start(self, data, extra)
+        Ledger::start(self, data, None, extra)
+    }
+
+    /// Starts `ledger serve` on the store at `store_url` (`postgres://...`), e.g. a second
+    /// process over one database. `data` names a dir that stays empty.
+    pub fn ledger_on(&self, name: &str, store_url: &str, extra: &[&str]) -> Ledger {
+        let data = self.root.path().join(format!("ledger-{name}"));
+        Ledger::start(self, data, Some(store_url.to_string()), extra)
+    }
+}
+
+/// Whether this test run puts the ledger on PostgreSQL (`METABOB_TEST_STORE=postgres`) instead
+/// of SQLite.
+pub fn on_postgres() -> bool {
+    match std::env::var("METABOB_TEST_STORE").as_deref() {
+        Ok("postgres") => true,
+        Ok("" | "sqlite") | Err(_) => false,
+        Ok(other) => panic!("METABOB_TEST_STORE={other}: expected postgres or sqlite"),
     }
 }
 
@@ -230,24 +264,54 @@ impl std::fmt::Debug for Output {
 pub struct Ledger {
     pub child: Child,
     pub url: String,
+    /// The SQLite data dir; on PostgreSQL a dir nothing writes (see `store`).
     pub data: PathBuf,
+    /// The PostgreSQL URL the ledger runs on; `None` on SQLite in `data`.
+    pub store: Option<String>,
     args: Vec<String>,
     vars: Vec<(String, String)>,
     cwd: PathBuf,
 }
 
 impl Ledger {
-    fn start(env: &TestEnv, data: PathBuf, extra: &[&str]) -> Ledger {
+    fn start(env: &TestEnv, data: PathBuf, store: Option<String>, extra: &[&str]) -> Ledger {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, url) = spawn_ledger(&env.vars, &env.cwd(), &data, "127.0.0.1:0", &args);
+        let flags = store_args(&data, store.as_deref());
+        let (child, url) = spawn_ledger(&env.vars, &env.cwd(), &flags, "127.0.0.1:0", &args);
         Ledger {
             child,
             url,
             data,
+            store,
             args,
             vars: env.vars.clone(),
             cwd: env.cwd(),
         }
+    }
+
+    /// The flag naming this ledger's store for `ledger serve` and `ledger key`: `--store URL`
+    /// on PostgreSQL, `--data DIR` on SQLite.
+    pub fn store_args(&self) -> [String; 2] {
+        store_args(&self.data, self.store.as_deref())
+    }
+
+    /// `ledger key <args> <store_args>` on this ledger's store: the offline admin command.
+    pub fn key(&self, env: &TestEnv, args: &[&str]) -> Output {
+        let store = self.store_args();
+        let mut all = vec!["ledger", "key"];
+        all.extend_from_slice(args);
+        all.extend(store.iter().map(String::as_str));
+        env.run(&all)
+    }
+
+    /// Another `ledger serve` process on this ledger's database, on a new port, with the same
+    /// arguments: a stateless replica. PostgreSQL only.
+    pub fn replica(&self, env: &TestEnv) -> Ledger {
+        let Some(store) = &self.store else {
+            panic!("Ledger::replica needs a PostgreSQL store (METABOB_TEST_STORE=postgres)");
+        };
+        let extra: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        Ledger::start(env, self.data.clone(), Some(store.clone()), &extra)
     }
 
     pub fn port(&self) -> u16 {
@@ -258,12 +322,13 @@ impl Ledger {
             .expect("ledger url has a port")
     }
 
-    /// `kill -9`, then a fresh process on the same data and port.
+    /// `kill -9`, then a fresh process on the same store and port.
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let listen = format!("127.0.0.1:{}", self.port());
-        let (child, url) = spawn_ledger(&self.vars, &self.cwd, &self.data, &listen, &self.args);
+        let flags = self.store_args();
+        let (child, url) = spawn_ledger(&self.vars, &self.cwd, &flags, &listen, &self.args);
         self.child = child;
         self.url = url;
     }
@@ -300,10 +365,7 @@ impl Ledger {
 
     /// Creates a key with the offline admin command; returns (key_id, key).
     pub fn create_key(&self, env: &TestEnv, org: &str, scopes: &str) -> (String, String) {
-        let data = self.data.display().to_string();
-        let out = env.run(&[
-            "ledger", "key", "create", "--data", &data, "--org", org, "--scopes", scopes, "--json",
-        ]);
+        let out = self.key(env, &["create", "--org", org, "--scopes", scopes, "--json"]);
         assert_eq!(out.code, 0, "{out:?}");
         let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("key create --json");
         (
@@ -313,19 +375,27 @@ impl Ledger {
     }
 }
 
+fn store_args(data: &Path, store: Option<&str>) -> [String; 2] {
+    match store {
+        Some(url) => ["--store".into(), url.to_string()],
+        None => ["--data".into(), data.display().to_string()],
+    }
+}
+
 fn spawn_ledger(
     vars: &[(String, String)],
     cwd: &Path,
-    data: &Path,
+    store: &[String],
     listen: &str,
     extra: &[String],
 ) -> (Child, String) {
-    let data_s = data.display().to_string();
     let mut child = Command::new(BIN)
         .env_clear()
         .envs(vars.iter().map(|(k, v)| (k, v)))
         .current_dir(cwd)
-        .args(["ledger", "serve", "--data", &data_s, "--listen", listen])
+        .args(["ledger", "serve"])
+        .args(store)
+        .args(["--listen", listen])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -285,8 +285,8 @@ impl DispatchRequest {
     /// with the client's own reader first, so a task no cell could read is never written.
     // anchor: run-dispatch
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
-        let now = w.tick();
-        let tx = &w.conn;
+        let now = w.tick()?;
+        let tx = w.sql();
         let concept = self.create.insert(tx, org, now)?;
         let task = match Finding::read(&concept) {
             Ok(Some(f)) if f.is_task() => f,

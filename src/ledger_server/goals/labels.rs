@@ -74,8 +74,8 @@ impl LabelRequest {
     /// Stores the label for a dispatch of this org; another org's dispatch reads as none.
     // anchor: write-label
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Answer, ApiError> {
-        let now = w.tick();
-        let tx = &w.conn;
+        let now = w.tick()?;
+        let tx = w.sql();
         if store::load_dispatch(tx, org, &self.dispatch_id)?.is_none() {
             return Ok(not_found(
                 "dispatch_not_found",

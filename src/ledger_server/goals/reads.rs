@@ -1,8 +1,8 @@
 //! The goal board's reads: `goalWalkState`, `executionTraceList` and `activityExecutionTrace`,
 //! each derived on read from the dispatched task's own rows (`walk::derive`).
 
+use crate::ledger_server::sql::Sql;
 use axum::http::StatusCode;
-use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use super::store::{self, Dispatch};
@@ -25,7 +25,7 @@ pub const LISTED_DISPATCHES: i64 = 200;
 
 /// A dispatch's task and its walk at `now_ms`.
 fn walk_of(
-    conn: &Connection,
+    conn: Sql<'_>,
     org: &str,
     d: &Dispatch,
     now_ms: i64,
@@ -53,7 +53,7 @@ fn principal(d: &Dispatch) -> Value {
 }
 
 // anchor: goal-walk-state
-pub fn walk_state(conn: &Connection, org: &str, id: &str, now_ms: i64) -> Result<Answer, ApiError> {
+pub fn walk_state(conn: Sql<'_>, org: &str, id: &str, now_ms: i64) -> Result<Answer, ApiError> {
     let Some(d) = store::load_dispatch(conn, org, id)? else {
         return Ok(not_found(
             "dispatch_not_found",
@@ -159,12 +159,7 @@ fn task_row(seq: usize, e: &walk::Event) -> Value {
 }
 
 // anchor: execution-trace-list
-pub fn trace_list(
-    conn: &Connection,
-    org: &str,
-    limit: usize,
-    now_ms: i64,
-) -> Result<Answer, ApiError> {
+pub fn trace_list(conn: Sql<'_>, org: &str, limit: usize, now_ms: i64) -> Result<Answer, ApiError> {
     let mut rows: Vec<(i64, String, Value)> = Vec::new();
     for d in store::newest_dispatches(conn, org, LISTED_DISPATCHES)? {
         let (_, walk) = walk_of(conn, org, &d, now_ms)?;
@@ -183,7 +178,7 @@ pub fn trace_list(
 }
 
 /// The claim row an execution id names, when it is a claim of this org.
-fn claim_row(conn: &Connection, org: &str, claim: &str) -> Result<Option<Verdict>, ApiError> {
+fn claim_row(conn: Sql<'_>, org: &str, claim: &str) -> Result<Option<Verdict>, ApiError> {
     let concept = match load_concept(conn, org, claim) {
         Ok(c) => c,
         Err(ApiError::ConceptNotFound(_)) => return Ok(None),
@@ -196,7 +191,7 @@ fn claim_row(conn: &Connection, org: &str, claim: &str) -> Result<Option<Verdict
 }
 
 // anchor: activity-execution-trace
-pub fn trace_read(conn: &Connection, org: &str, id: &str, now_ms: i64) -> Result<Answer, ApiError> {
+pub fn trace_read(conn: Sql<'_>, org: &str, id: &str, now_ms: i64) -> Result<Answer, ApiError> {
     let missing = || {
         not_found(
             "execution_not_found",

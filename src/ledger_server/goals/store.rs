@@ -1,7 +1,6 @@
 //! The goal board's rows in the ledger's SQLite file: dispatches and labels, and the read of a
 //! dispatched task's own verdict and claim rows. Every statement filters by org.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
 use super::walk::TaskRow;
@@ -9,8 +8,9 @@ use crate::ledger::finding::Finding;
 use crate::ledger::header::Header;
 use crate::ledger::row::read_rows;
 use crate::ledger::verdict::{VERDICT_SHAPE, Verdict};
-use crate::ledger_server::concepts::{fts_query, load_concept};
+use crate::ledger_server::concepts::load_concept;
 use crate::ledger_server::errors::ApiError;
+use crate::ledger_server::sql::{Row, Sql, args};
 
 /// Created with the rest of the schema (`db::migrate`); `IF NOT EXISTS`, so running it again
 /// changes nothing.
@@ -53,6 +53,45 @@ CREATE TABLE IF NOT EXISTS goal_labels (
 CREATE INDEX IF NOT EXISTS goal_labels_by_dispatch ON goal_labels(org_id, dispatch_id, seq);
 "#;
 
+/// The same tables on PostgreSQL (`db::migrate`).
+pub const PG_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS goal_dispatches (
+    seq             BIGSERIAL PRIMARY KEY,
+    id              TEXT NOT NULL UNIQUE,
+    org_id          TEXT NOT NULL REFERENCES orgs(id),
+    task_concept    TEXT NOT NULL REFERENCES concepts(id),
+    task_id         TEXT NOT NULL,
+    goal            TEXT NOT NULL,
+    operator        TEXT NOT NULL,
+    tags            TEXT NOT NULL,
+    learning_mode   TEXT,
+    variables       TEXT NOT NULL,
+    key_id          TEXT NOT NULL,
+    key_admin       BIGINT NOT NULL,
+    created_at      BIGINT NOT NULL,
+    client_claim    TEXT
+);
+CREATE INDEX IF NOT EXISTS goal_dispatches_by_org ON goal_dispatches(org_id, seq);
+CREATE INDEX IF NOT EXISTS goal_dispatches_by_task ON goal_dispatches(org_id, task_id);
+CREATE TABLE IF NOT EXISTS goal_labels (
+    seq             BIGSERIAL PRIMARY KEY,
+    id              TEXT NOT NULL UNIQUE,
+    org_id          TEXT NOT NULL REFERENCES orgs(id),
+    dispatch_id     TEXT NOT NULL,
+    execution_id    TEXT,
+    activity_id     TEXT,
+    goal            TEXT NOT NULL,
+    verdict         TEXT NOT NULL,
+    confidence      DOUBLE PRECISION NOT NULL,
+    labeler         TEXT NOT NULL,
+    notes           TEXT NOT NULL,
+    key_id          TEXT NOT NULL,
+    created_at      BIGINT NOT NULL,
+    client_claim    TEXT
+);
+CREATE INDEX IF NOT EXISTS goal_labels_by_dispatch ON goal_labels(org_id, dispatch_id, seq);
+"#;
+
 /// Most of a task's rows read: the newest, which decide where it stands. A task with more has
 /// been written to by something other than cells, and its oldest rows are not weighed.
 pub const MAX_TASK_ROWS: i64 = 500;
@@ -75,7 +114,7 @@ pub struct Dispatch {
 const DISPATCH_COLS: &str = "id, task_concept, task_id, goal, operator, tags, learning_mode, \
      key_id, key_admin, created_at";
 
-fn dispatch_row(r: &Row<'_>) -> rusqlite::Result<Dispatch> {
+fn dispatch_row(r: &Row<'_>) -> Result<Dispatch, ApiError> {
     let tags: String = r.get(5)?;
     Ok(Dispatch {
         id: r.get(0)?,
@@ -87,7 +126,7 @@ fn dispatch_row(r: &Row<'_>) -> rusqlite::Result<Dispatch> {
         tags: serde_json::from_str(&tags).unwrap_or_default(),
         learning_mode: r.get(6)?,
         key_id: r.get(7)?,
-        key_admin: r.get::<_, i64>(8)? != 0,
+        key_admin: r.get::<i64>(8)? != 0,
         created_ms: r.get(9)?,
     })
 }
@@ -99,13 +138,13 @@ pub struct NewDispatch<'a> {
     pub claim: Option<&'a str>,
 }
 
-pub fn insert_dispatch(conn: &Connection, org: &str, d: &NewDispatch<'_>) -> Result<(), ApiError> {
+pub fn insert_dispatch(conn: Sql<'_>, org: &str, d: &NewDispatch<'_>) -> Result<(), ApiError> {
     let r = d.row;
     conn.execute(
         "INSERT INTO goal_dispatches (id, org_id, task_concept, task_id, goal, operator, tags,
              learning_mode, variables, key_id, key_admin, created_at, client_claim)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        params![
+        args![
             r.id,
             org,
             r.task_concept,
@@ -125,53 +164,43 @@ pub fn insert_dispatch(conn: &Connection, org: &str, d: &NewDispatch<'_>) -> Res
 }
 
 /// The dispatch `id` of `org`, or `None`: another org's reads exactly like none.
-pub fn load_dispatch(conn: &Connection, org: &str, id: &str) -> Result<Option<Dispatch>, ApiError> {
-    Ok(conn
-        .query_row(
-            &format!("SELECT {DISPATCH_COLS} FROM goal_dispatches WHERE org_id = ?1 AND id = ?2"),
-            params![org, id],
-            dispatch_row,
-        )
-        .optional()?)
+pub fn load_dispatch(conn: Sql<'_>, org: &str, id: &str) -> Result<Option<Dispatch>, ApiError> {
+    conn.query_opt(
+        &format!("SELECT {DISPATCH_COLS} FROM goal_dispatches WHERE org_id = ?1 AND id = ?2"),
+        args![org, id],
+        dispatch_row,
+    )
 }
 
 /// The newest `limit` dispatches of `org`, newest first.
-pub fn newest_dispatches(
-    conn: &Connection,
-    org: &str,
-    limit: i64,
-) -> Result<Vec<Dispatch>, ApiError> {
-    let mut stmt = conn.prepare(&format!(
-        "SELECT {DISPATCH_COLS} FROM goal_dispatches WHERE org_id = ?1 ORDER BY seq DESC LIMIT ?2"
-    ))?;
-    let rows = stmt
-        .query_map(params![org, limit], dispatch_row)?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(rows)
+pub fn newest_dispatches(conn: Sql<'_>, org: &str, limit: i64) -> Result<Vec<Dispatch>, ApiError> {
+    conn.query(
+        &format!(
+            "SELECT {DISPATCH_COLS} FROM goal_dispatches WHERE org_id = ?1 ORDER BY seq DESC LIMIT ?2"
+        ),
+        args![org, limit],
+        dispatch_row,
+    )
 }
 
 /// The dispatches whose task is one of `task_ids` (a claim row names the task's finding ids).
 pub fn dispatches_of_tasks(
-    conn: &Connection,
+    conn: Sql<'_>,
     org: &str,
     task_ids: &[String],
 ) -> Result<Vec<Dispatch>, ApiError> {
     let mut out = Vec::new();
-    let mut stmt = conn.prepare(&format!(
-        "SELECT {DISPATCH_COLS} FROM goal_dispatches WHERE org_id = ?1 AND task_id = ?2"
-    ))?;
+    let sql =
+        format!("SELECT {DISPATCH_COLS} FROM goal_dispatches WHERE org_id = ?1 AND task_id = ?2");
     for id in task_ids {
-        out.extend(
-            stmt.query_map(params![org, id], dispatch_row)?
-                .collect::<Result<Vec<_>, _>>()?,
-        );
+        out.extend(conn.query(&sql, args![org, id], dispatch_row)?);
     }
     Ok(out)
 }
 
 /// The dispatch's task as the client reads it. Its concept was written with the dispatch row,
 /// so a task that does not read back is a fault of this file, not an answer.
-pub fn load_task(conn: &Connection, org: &str, d: &Dispatch) -> Result<Finding, ApiError> {
+pub fn load_task(conn: Sql<'_>, org: &str, d: &Dispatch) -> Result<Finding, ApiError> {
     let concept = load_concept(conn, org, &d.task_concept)?;
     match Finding::read(&concept) {
         Ok(Some(f)) => Ok(f),
@@ -185,26 +214,22 @@ pub fn load_task(conn: &Connection, org: &str, d: &Dispatch) -> Result<Finding, 
 /// The task's verdict and claim rows, as the client gathers them: every verdict row naming
 /// the task's id (found through the full-text index, then checked by `Verdict::concerns`),
 /// joined with the rows linked to its concept. Rows that fail validation are skipped.
-pub fn task_rows(conn: &Connection, org: &str, task: &Finding) -> Result<Vec<TaskRow>, ApiError> {
-    let Some(expr) = fts_query(task.id()) else {
+pub fn task_rows(conn: Sql<'_>, org: &str, task: &Finding) -> Result<Vec<TaskRow>, ApiError> {
+    let Some((names, words)) = conn.fts_filter("", 5, task.id()) else {
         return Ok(Vec::new());
     };
-    let mut stmt = conn.prepare(
+    let sql = format!(
         "SELECT id, seq FROM concepts
-           WHERE org_id = ?1 AND shape = ?2
-             AND seq IN (SELECT rowid FROM concepts_fts WHERE concepts_fts MATCH ?3)
+           WHERE org_id = ?1 AND shape = ?2 AND {names}
          UNION
          SELECT c.id, c.seq FROM edges e JOIN concepts c ON c.id = e.from_id
-           WHERE e.org_id = ?1 AND e.to_id = ?4 AND e.edge_type = 'derived_from'
+           WHERE e.org_id = ?1 AND e.to_id = ?3 AND e.edge_type = 'derived_from'
              AND c.org_id = ?1 AND c.shape = ?2
-         ORDER BY 2 DESC LIMIT ?5",
-    )?;
-    let ids = stmt
-        .query_map(
-            params![org, VERDICT_SHAPE, expr, task.concept_id, MAX_TASK_ROWS],
-            |r| r.get::<_, String>(0),
-        )?
-        .collect::<Result<Vec<_>, _>>()?;
+         ORDER BY 2 DESC LIMIT ?4"
+    );
+    let mut bound = args![org, VERDICT_SHAPE, &task.concept_id, MAX_TASK_ROWS].to_vec();
+    bound.extend(words);
+    let ids = conn.query(&sql, &bound, |r| r.get::<String>(0))?;
     let mut concepts = Vec::with_capacity(ids.len());
     for id in ids {
         concepts.push(load_concept(conn, org, &id)?);
@@ -243,12 +268,12 @@ pub struct NewLabel<'a> {
     pub claim: Option<&'a str>,
 }
 
-pub fn insert_label(conn: &Connection, org: &str, l: &NewLabel<'_>) -> Result<(), ApiError> {
+pub fn insert_label(conn: Sql<'_>, org: &str, l: &NewLabel<'_>) -> Result<(), ApiError> {
     conn.execute(
         "INSERT INTO goal_labels (id, org_id, dispatch_id, execution_id, activity_id, goal, verdict,
              confidence, labeler, notes, key_id, created_at, client_claim)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        params![
+        args![
             l.id,
             org,
             l.dispatch_id,
