@@ -554,10 +554,20 @@ fn a_restarted_cell_resumes_the_task_it_holds() {
 /// pulls again into fresh directories (a new cell identity) until nothing is free for it. Every
 /// task must be pulled exactly once, whoever loses a race; returns the claims lost on the way.
 /// `take: false` runs the ledger as a substrate without the atomic take (`--no-take`), so the
-/// pulls claim by read-back.
-fn race(take: bool, pullers: usize, tasks: usize, round: usize) -> usize {
+/// pulls claim by read-back. With more than one replica the ledger is that many `ledger serve`
+/// processes over one PostgreSQL database, and the pullers take turns between them.
+fn race(take: bool, pullers: usize, tasks: usize, round: usize, replicas: usize) -> usize {
     let env = TestEnv::new();
-    let _ledger = env.ledger("main", if take { &[] } else { &["--no-take"] });
+    let args: &[&str] = if take { &[] } else { &["--no-take"] };
+    let _ledger = if replicas > 1 {
+        env.ledger_on("main", &crate::support::pg::fresh_database(), args)
+    } else {
+        env.ledger("main", args)
+    };
+    let others: Vec<_> = (1..replicas).map(|_| _ledger.replica(&env)).collect();
+    let endpoints: Vec<String> = std::iter::once(_ledger.url.clone())
+        .chain(others.iter().map(|l| l.url.clone()))
+        .collect();
     let (_, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
     let w = World {
         env,
@@ -573,6 +583,7 @@ fn race(take: bool, pullers: usize, tasks: usize, round: usize) -> usize {
         let cells: Vec<_> = (0..pullers)
             .map(|i| {
                 let w = &w;
+                let endpoint = &endpoints[i % endpoints.len()];
                 scope.spawn(move || {
                     let (mut pulled, mut lost) = (Vec::new(), 0);
                     for k in 0.. {
@@ -590,6 +601,7 @@ fn race(take: bool, pullers: usize, tasks: usize, round: usize) -> usize {
                                     &work.display().to_string(),
                                     "--json",
                                 ])
+                                .env("DISCOVERY_ENDPOINT", endpoint)
                                 .output()
                                 .unwrap(),
                         );
@@ -628,15 +640,25 @@ fn race(take: bool, pullers: usize, tasks: usize, round: usize) -> usize {
 #[test]
 fn sixteen_pulls_over_five_tasks_take_each_exactly_once_on_both_claim_paths() {
     for round in 0..20 {
-        assert_eq!(race(true, 16, 5, round), 0, "a take never loses a claim");
-        race(false, 16, 5, round);
+        assert_eq!(race(true, 16, 5, round, 1), 0, "a take never loses a claim");
+        race(false, 16, 5, round, 1);
+    }
+}
+
+/// Two `ledger serve` replicas over one PostgreSQL: the cells alternate between them, and still
+/// no task is held by two (SPEC.md §Claim order on each store).
+#[test]
+fn sixteen_pulls_on_two_postgres_replicas_take_each_task_exactly_once_on_both_claim_paths() {
+    for round in 0..20 {
+        race(true, 16, 5, round, 2);
+        race(false, 16, 5, round, 2);
     }
 }
 
 #[test]
 fn thirty_two_cells_over_fifty_tasks_take_each_exactly_once_on_both_claim_paths() {
-    assert_eq!(race(true, 32, 50, 0), 0, "a take never loses a claim");
-    race(false, 32, 50, 0);
+    assert_eq!(race(true, 32, 50, 0, 1), 0, "a take never loses a claim");
+    race(false, 32, 50, 0, 1);
 }
 
 #[test]
