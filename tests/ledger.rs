@@ -779,60 +779,114 @@ fn discovery_shapes_and_refusals() {
     );
 }
 
+/// Writers that create concepts without pause through `urls` (writer `t` through
+/// `urls[t % len]`) until stopped, keeping the id of every write a 201 acknowledged.
+struct WriteLoad {
+    acked: Arc<Mutex<Vec<String>>>,
+    count: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    writers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl WriteLoad {
+    fn start(urls: &[String], k: &str, writers: usize) -> WriteLoad {
+        let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+        let count = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers = (0..writers)
+            .map(|t| {
+                let url = urls[t % urls.len()].clone();
+                let (k, acked, count, stop) = (k.to_string(), acked.clone(), count.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0;
+                    while !stop.load(Ordering::SeqCst) {
+                        i += 1;
+                        let pointer = json!({"type": "concept_create_write",
+                            "conceptData": {"content": format!("writer {t} item {i}"), "shape": "load", "source_type": "memo"}});
+                        // A request cut by the kill is not acknowledged, and that is allowed to be lost.
+                        let body = json!({ "pointer": pointer }).to_string();
+                        match try_http(&url, "POST", "/resolve", Some(&apikey(&k)), Some(&body)) {
+                            Ok((201, v)) => {
+                                acked.lock().unwrap().push(id(&v["concept"]));
+                                count.fetch_add(1, Ordering::SeqCst);
+                            }
+                            _ => std::thread::sleep(Duration::from_millis(20)),
+                        }
+                    }
+                })
+            })
+            .collect();
+        WriteLoad {
+            acked,
+            count,
+            stop,
+            writers,
+        }
+    }
+
+    /// Waits until `n` more writes than now are acknowledged.
+    fn wait_for(&self, n: usize) {
+        let from = self.count.load(Ordering::SeqCst);
+        assert!(
+            wait_until(Duration::from_secs(20), || self
+                .count
+                .load(Ordering::SeqCst)
+                >= from + n),
+            "{n} more writes were acknowledged"
+        );
+    }
+
+    /// Stops the writers; the ids of every acknowledged write.
+    fn stop(self) -> Vec<String> {
+        self.stop.store(true, Ordering::SeqCst);
+        for w in self.writers {
+            w.join().expect("writer thread");
+        }
+        self.acked.lock().unwrap().clone()
+    }
+}
+
+/// Every acknowledged concept reads back through `l`.
+fn all_readable(l: &Ledger, k: &str, acked: &[String]) {
+    for cid in acked {
+        let (status, g) = resolve(
+            l,
+            k,
+            json!({"type": "conceptGraph", "concept_id": cid, "limit": 1}),
+        );
+        assert_eq!(status, 200, "acknowledged {cid} lost: {g}");
+    }
+}
+
+#[test]
+fn killing_one_postgres_replica_under_load_loses_no_acknowledged_write() {
+    let env = TestEnv::new();
+    let mut a = env.ledger_on("kill9-a", &crate::support::pg::fresh_database(), &[]);
+    let b = a.replica(&env);
+    let (_, k) = a.create_key(&env, "default", "read,write");
+    let load = WriteLoad::start(&[a.url.clone(), b.url.clone()], &k, 16);
+    load.wait_for(40);
+    a.kill_and_restart();
+    // The restarted replica serves at once: its first request is answered.
+    let (status, v) = resolve(&a, &k, json!({"type": "conceptSearch", "limit": 1}));
+    assert_eq!(status, 200, "{v}");
+    load.wait_for(8);
+    let acked = load.stop();
+    all_readable(&b, &k, &acked);
+}
+
 #[test]
 fn acknowledged_writes_survive_kill_9() {
     let env = TestEnv::new();
     let mut l = env.ledger("kill9", &[]);
     let (_, k) = l.create_key(&env, "default", "read,write");
-    let url = l.url.clone();
-    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
-    let count = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
     // Enough concurrent writers that commits carry batches (group commit), not single writes.
-    let writers: Vec<_> = (0..16)
-        .map(|t| {
-            let (url, k, acked, count, stop) = (url.clone(), k.clone(), acked.clone(), count.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut i = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    i += 1;
-                    let pointer = json!({"type": "concept_create_write",
-                        "conceptData": {"content": format!("writer {t} item {i}"), "shape": "load", "source_type": "memo"}});
-                    // A request cut by the kill is not acknowledged, and that is allowed to be lost.
-                    let body = json!({ "pointer": pointer }).to_string();
-                    match try_http(&url, "POST", "/resolve", Some(&apikey(&k)), Some(&body)) {
-                        Ok((201, v)) => {
-                            acked.lock().unwrap().push(id(&v["concept"]));
-                            count.fetch_add(1, Ordering::SeqCst);
-                        }
-                        _ => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                }
-            })
-        })
-        .collect();
-    assert!(wait_until(Duration::from_secs(20), || count
-        .load(Ordering::SeqCst)
-        >= 40));
+    let load = WriteLoad::start(std::slice::from_ref(&l.url), &k, 16);
+    load.wait_for(40);
     l.kill_and_restart();
-    let after_restart = count.load(Ordering::SeqCst);
-    assert!(wait_until(Duration::from_secs(20), || count
-        .load(Ordering::SeqCst)
-        >= after_restart + 8));
-    stop.store(true, Ordering::SeqCst);
-    for w in writers {
-        w.join().expect("writer thread");
-    }
-
-    let acked = acked.lock().unwrap().clone();
-    for cid in &acked {
-        let (status, g) = resolve(
-            &l,
-            &k,
-            json!({"type": "conceptGraph", "concept_id": cid, "limit": 1}),
-        );
-        assert_eq!(status, 200, "acknowledged {cid} lost: {g}");
-    }
+    load.wait_for(8);
+    let acked = load.stop();
+    all_readable(&l, &k, &acked);
     let (_, all) = resolve(
         &l,
         &k,
