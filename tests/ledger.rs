@@ -1418,3 +1418,54 @@ fn idle_and_half_sent_connections_are_closed() {
     let (status, v) = resolve(&l, &k, json!({"type": "vesselRegistry"}));
     assert_eq!(status, 200, "{v}");
 }
+
+/// Two replicas started at once on an empty PostgreSQL database: both serve, the schema is made
+/// once, and one of them (only) mints the first-start admin key.
+#[test]
+fn two_replicas_starting_together_on_an_empty_postgres_database_make_one_schema_and_one_admin_key()
+{
+    let env = TestEnv::new();
+    let store = crate::support::pg::fresh_database();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| env.ledger_on("first", &store, &[]));
+        let b = s.spawn(|| env.ledger_on("second", &store, &[]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let listed = a.key(&env, &["list", "--json"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let keys: Vec<Value> = serde_json::from_str(&listed.stdout).unwrap();
+    assert_eq!(keys.len(), 1, "one admin key: {keys:?}");
+    assert_eq!(keys[0]["scopes"], json!(["read", "write", "admin"]));
+    // Written through one replica, read through the other.
+    let (_, k) = a.create_key(&env, "default", "read,write");
+    let made = id(&create(&a, &k, "written through the first", "memo"));
+    let (status, v) = resolve(&b, &k, json!({"type": "conceptSearch", "query": "first"}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(ids(&v["concepts"]), vec![made]);
+}
+
+/// Text holding U+0000 is refused with the field named, on every store (PostgreSQL text cannot
+/// hold it), and nothing is written.
+#[test]
+fn a_nul_byte_in_a_text_field_is_a_bad_request_naming_the_field() {
+    let env = TestEnv::new();
+    let l = env.ledger("nul", &[]);
+    let (_, k) = l.create_key(&env, "default", "read,write");
+    let (status, v) = resolve(
+        &l,
+        &k,
+        json!({"type": "concept_create_write",
+               "conceptData": {"content": "a\u{0}b", "shape": "memo", "source_type": "memo"}}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"], "bad_request");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("conceptData.content: contains a NUL byte"),
+        "{v}"
+    );
+    let (_, all) = resolve(&l, &k, json!({"type": "conceptSearch", "shape": "memo"}));
+    assert_eq!(all["total"], 0, "{all}");
+}
