@@ -1469,3 +1469,41 @@ fn a_nul_byte_in_a_text_field_is_a_bad_request_naming_the_field() {
     let (_, all) = resolve(&l, &k, json!({"type": "conceptSearch", "shape": "memo"}));
     assert_eq!(all["total"], 0, "{all}");
 }
+
+/// A store the ledger cannot use is one line naming it and what to do, with no password in it.
+#[test]
+fn a_bad_store_is_one_line_without_its_password() {
+    let env = TestEnv::new();
+    let out = env.run(&[
+        "ledger",
+        "serve",
+        "--store",
+        "mysql://u:hunter2pass@127.0.0.1/x",
+    ]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("only postgres:// URLs"), "{out:?}");
+    let port = closed_port().to_string();
+    let url = format!("postgres://u:hunter2pass@127.0.0.1:{port}/ledger");
+    for args in [
+        vec![
+            "ledger",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            url.as_str(),
+        ],
+        vec!["ledger", "key", "list", "--store", url.as_str()],
+    ] {
+        let out = env.run(&args);
+        assert_eq!(out.code, 1, "{out:?}");
+        let line = out.stderr.trim();
+        assert_eq!(line.lines().count(), 1, "{out:?}");
+        assert!(line.contains("cannot connect"), "{out:?}");
+        assert!(line.contains(&format!("127.0.0.1:{port}")), "{out:?}");
+        assert!(
+            !line.contains("hunter2pass"),
+            "the password is never shown: {out:?}"
+        );
+    }
+}
