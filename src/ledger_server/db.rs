@@ -1009,7 +1009,9 @@ impl Db {
                         last_ms: &mut 0,
                     })
                 });
-                if let Some(pool) = self.0.pool(Kind::Writer) {
+                if let (Some(pool), Handle::Pg(c)) = (self.0.pool(Kind::Writer), &conn)
+                    && !c.is_closed()
+                {
                     lock(&pool.idle).push(conn);
                 }
                 out
