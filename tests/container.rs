@@ -574,25 +574,108 @@ fn a_task_with_a_refused_ref_is_withdrawn_and_the_fleet_goes_on() {
     assert_eq!(w.fixes_on_main(&w.ids[1]), 1);
 }
 
+/// A harness that, the first `n` times it runs in this container, lands a change to the same
+/// lines of `a.py` on main while it works, so the cell's rebase conflicts; the fix itself is the
+/// sample harness's.
+fn racing_harness(n: u32) -> String {
+    format!(
+        "set -e; c=$(cat /tmp/raced 2>/dev/null || echo 0); \
+         if [ \"$c\" -lt {n} ]; then echo $((c + 1)) > /tmp/raced; \
+           rm -rf /tmp/other; git clone -q \"$ORIGIN\" /tmp/other; cd /tmp/other; \
+           echo \"x = race $c\" > a.py; git commit -qam 'someone else'; git push -q origin main; \
+           cd \"$WORK_DIR\"; fi; sh /harness.sh"
+    )
+}
+
 #[test]
-fn a_rebase_conflict_aborts_releases_the_claim_and_exits_1() {
+fn a_rebase_conflict_gives_the_task_back_and_the_cell_goes_on_to_close_it() {
     let mut w = world(&[("a.py", "ref: main")]);
     let id = w.ids[0].clone();
-    // While the harness works, someone else lands a change to the same lines on main.
-    let racing = "set -e; git clone -q \"$ORIGIN\" /tmp/other; cd /tmp/other; \
-                  echo 'x = 2' > a.py; git commit -qam 'someone else'; git push -q origin main; \
-                  cd \"$WORK_DIR\"; sh /harness.sh";
-    let cell = w.cell("cell1", racing, &[]);
-    w.exits(&cell, 1);
+    let cell = w.cell("cell1", &racing_harness(1), &[]);
+    w.exits(&cell, 0);
     let l = logs(&cell);
     assert!(
         l.contains(&format!("{id}: rebase onto origin/main conflicts")),
+        "{l}"
+    );
+    assert!(
+        l.contains(&format!(
+            "{id}: the claim is released; pulling the next task"
+        )),
+        "{l}"
+    );
+    assert_eq!(closed_in(&l, &id), 1, "{l}");
+    assert_eq!(w.fixes_on_main(&id), 1);
+}
+
+#[test]
+fn more_conflicts_in_a_row_than_conflict_max_stop_the_cell_with_exit_1() {
+    let mut w = world(&[("a.py", "ref: main")]);
+    let id = w.ids[0].clone();
+    let cell = w.cell("cell1", &racing_harness(100), &[("CONFLICT_MAX", "1")]);
+    w.exits(&cell, 1);
+    let l = logs(&cell);
+    assert!(
+        l.contains("2 rebase conflicts in a row (CONFLICT_MAX=1); stopping"),
         "{l}"
     );
     assert_eq!(w.fixes_on_main(&id), 0);
     let out = w.pull();
     assert_eq!(out.code, 0, "the released task is pulled at once: {out:?}");
     assert!(out.stdout.contains(&id), "{out:?}");
+}
+
+#[test]
+fn under_conflicts_retry_the_same_cell_redoes_the_task_on_the_fresh_target_keeping_its_claim() {
+    let mut w = world(&[("a.py", "ref: main\nconflicts: retry")]);
+    let id = w.ids[0].clone();
+    let cell = w.cell("cell1", &racing_harness(1), &[]);
+    w.exits(&cell, 0);
+    let l = logs(&cell);
+    assert!(
+        l.contains(&format!("{id}: rebase onto origin/main conflicts")),
+        "{l}"
+    );
+    assert!(
+        l.contains(&format!(
+            "{id}: keeping the claim; running the harness again on the fresh origin/main (1 of 2)"
+        )),
+        "{l}"
+    );
+    assert!(
+        !l.contains("the claim is released"),
+        "the claim was never given back: {l}"
+    );
+    assert_eq!(
+        l.matches(&format!("pulled {id} ")).count(),
+        1,
+        "pulled once: {l}"
+    );
+    assert_eq!(closed_in(&l, &id), 1, "{l}");
+    assert_eq!(w.fixes_on_main(&id), 1);
+}
+
+#[test]
+fn three_cells_on_six_tasks_that_conflict_in_pairs_close_each_once_and_all_exit_0() {
+    // Two tasks per file: the sample harness appends to the end of the file, so the second
+    // fix of a pair conflicts with the first whenever both are worked on at once.
+    let mut w = servers(&["a.py", "b.py", "c.py"]);
+    for f in ["a.py", "b.py", "c.py"] {
+        for n in 1..=2 {
+            w.record(f, &format!("fix {f}, part {n}"), "ref: main");
+        }
+    }
+    let cells: Vec<Running> = (1..=3)
+        .map(|i| w.cell(&format!("cell{i}"), "sh /harness.sh", &[]))
+        .collect();
+    for c in &cells {
+        w.exits(c, 0);
+    }
+    let all: String = cells.iter().map(logs).collect();
+    for id in &w.ids {
+        assert_eq!(closed_in(&all, id), 1, "{id} closed once: {all}");
+        assert_eq!(w.fixes_on_main(id), 1, "{id} fixed once on main");
+    }
 }
 
 #[test]
@@ -843,4 +926,98 @@ fn two_ledger_replicas_on_postgresql_hand_eight_tasks_to_four_cells_once_each() 
         per_replica("ledger-b"),
         t0.elapsed()
     );
+}
+
+/// `scripts/fleet.sh ARGS` from the checkout, bounded by `timeout`, with this build's binary and
+/// the offline base, under the compose project `project`.
+fn fleet_sh(project: &str, args: &[&str]) -> Output {
+    let out = Command::new("timeout")
+        .arg("600")
+        .arg(repo().join("scripts/fleet.sh"))
+        .args(args)
+        .env("METABOB_BIN", BIN)
+        .env("BASE_IMAGE", BASE)
+        .env("FLEET_PROJECT", project)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/fleet.sh");
+    Output::from(out)
+}
+
+/// Takes the fleet down however the test ends.
+struct FleetDown(String);
+
+impl Drop for FleetDown {
+    fn drop(&mut self) {
+        let out = fleet_sh(&self.0, &["down"]);
+        if out.code != 0 {
+            eprintln!("scripts/fleet.sh down: {out:?}");
+        }
+    }
+}
+
+#[test]
+fn fleet_sh_brings_up_three_cells_that_close_a_recorded_task_shown_by_status() {
+    images();
+    let project = format!("mbtest-fleet-{}", std::process::id());
+    let _down = FleetDown(project.clone());
+    let up = fleet_sh(&project, &["up", "3"]);
+    assert_eq!(up.code, 0, "{up:?}");
+    assert!(
+        up.stderr.contains("3 cells are up on git://git/app.git"),
+        "{up:?}"
+    );
+
+    let out = fleet_sh(
+        &project,
+        &[
+            "record",
+            "--summary",
+            "greet says hello twice",
+            "--file",
+            "greet.py",
+            "--severity",
+            "HIGH",
+            "--details",
+            "ref: main",
+            "--json",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("record --json");
+    let id = v["finding_ids"][0].as_str().expect("an id").to_string();
+
+    // The standing cells poll for work; the board shows the task closed by one of them.
+    let mut last = None;
+    wait_for(
+        &format!("{id} closed on the board"),
+        Duration::from_secs(180),
+        || {
+            let status = fleet_sh(&project, &["status"]);
+            let closed = status.code == 0
+                && status
+                    .stdout
+                    .lines()
+                    .any(|l| l.trim_start().starts_with("closed") && l.contains(&id));
+            last = Some(status);
+            closed
+        },
+    );
+    let status = last.expect("status ran");
+    assert!(status.stdout.contains("cell cell-"), "{status:?}");
+    // All three are still up, waiting for the next task.
+    let running = Command::new("docker")
+        .args(["ps", "-q", "--filter"])
+        .arg(format!("label=com.docker.compose.project={project}"))
+        .args(["--filter", "label=com.docker.compose.service=cell"])
+        .output()
+        .expect("docker ps");
+    let running = String::from_utf8_lossy(&running.stdout).lines().count();
+    assert_eq!(running, 3, "three cells running");
+
+    // Without a fleet, each step says so in one line.
+    drop(_down);
+    let out = fleet_sh(&project, &["status"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("no fleet is up"), "{out:?}");
 }

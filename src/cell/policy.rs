@@ -27,7 +27,11 @@ pub enum Integrate {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Conflicts {
+    /// A conflict gives the task back for a cell to redo from the fresh target.
     Rebase,
+    /// A conflict keeps the claim: the cell runs the harness again on the fresh target, a
+    /// bounded number of times, before giving the task back.
+    Retry,
 }
 
 /// Where a value came from.
@@ -179,7 +183,11 @@ pub fn decide(details: &str, conventions: &[Convention], trust: &TrustList) -> P
         "conflicts",
         Conflicts::Rebase,
         &mut refused,
-        |v| (v == "rebase").then_some(Conflicts::Rebase),
+        |v| match v {
+            "rebase" => Some(Conflicts::Rebase),
+            "retry" => Some(Conflicts::Retry),
+            _ => None,
+        },
     );
     for r in &refused {
         tracing::warn!("integration policy: {r}");
@@ -302,6 +310,23 @@ mod tests {
         assert_eq!(p.integrate.value, Integrate::Push);
         assert_eq!(p.refused.len(), 3, "{:?}", p.refused);
         assert_eq!(p.target("agf_1"), "main");
+    }
+
+    #[test]
+    fn conflicts_retry_comes_from_the_details_or_a_trusted_convention_and_nothing_else_passes() {
+        let trust = TrustList {
+            authors: vec!["alice".into()],
+            defaulted: false,
+        };
+        let p = decide("conflicts: Retry", &[], &trust);
+        assert_eq!(p.conflicts.value, Conflicts::Retry);
+        assert_eq!(p.conflicts.source, Source::Details);
+        let convs = [conv("c1", 1, "recorded_by: alice\n\nconflicts: retry")];
+        assert_eq!(decide("", &convs, &trust).conflicts.value, Conflicts::Retry);
+        let p = decide("conflicts: force-push", &[], &trust);
+        assert_eq!(p.conflicts.value, Conflicts::Rebase);
+        assert_eq!(p.conflicts.source, Source::Default);
+        assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
     }
 
     #[test]
