@@ -2,12 +2,18 @@
 //! between many `task pull` processes. It only measures; nothing here is asserted.
 //!
 //! Run (bench profile = release):
-//!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- writes [--clients 1,8,32,128] [--seconds 5]
+//!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- writes [--clients 1,8,32,128] [--seconds 5] [--store sqlite,pg1,pg2]
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- race [--pullers 1,32] [--tasks 50] [--paths take,read_back]
-//!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- fleet [--cells 1,8,32,128,1000] [--paths take,read_back]
+//!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS]
 //! Common options: `--deadline SECS` (hard bound on the mode's wall time, default 600) and
 //! `--dir DIR` (where the temp dir goes, default the system temp dir: the raw SQLite file and
 //! the ledgers' data share it, so both sit on the same filesystem).
+//! `--store` (writes, fleet; default `sqlite`) runs each measurement on each store named, one
+//! after the other: `sqlite` is one `ledger serve --data`, `pgN` is N `ledger serve --store`
+//! replicas over one fresh database of a PostgreSQL cluster the bench starts in a temp dir
+//! beside its own (same filesystem), with the load split between them. `--run-deadline SECS`
+//! (fleet) bounds each simulation on its own as well, so one slow store cannot eat the others'
+//! time.
 //!
 //! Prints Markdown tables for docs/benchmarks.md on stdout; progress goes to stderr.
 
@@ -26,6 +32,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{sleep_until, timeout};
 
+#[path = "fleet/pg.rs"]
+mod pg;
 #[path = "fleet/sim.rs"]
 mod sim;
 
@@ -56,9 +64,9 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str = "usage: fleet writes [--clients 1,8,32,128] [--seconds 5] [--deadline 600] [--dir DIR]\n       \
+const USAGE: &str = "usage: fleet writes [--clients 1,8,32,128] [--seconds 5] [--store sqlite,pg1,pg2] [--deadline 600] [--dir DIR]\n       \
                      fleet race [--pullers 1,32] [--tasks 50] [--paths take,read_back] [--deadline 600] [--dir DIR]\n       \
-                     fleet fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--deadline 600] [--dir DIR]";
+                     fleet fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS] [--deadline 600] [--dir DIR]";
 
 fn run() -> Res<()> {
     // `cargo bench` appends `--bench` to a harness-less target's arguments.
@@ -73,12 +81,24 @@ fn run() -> Res<()> {
     // reqwest is built with `rustls-no-provider` (see Cargo.toml) and refuses to build a client
     // until a provider is installed, even for plain http; ring is the one the crate already has.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let root = match &opts.dir {
-        Some(d) => tempfile::Builder::new().prefix("mb-fleet-").tempdir_in(d),
-        None => tempfile::Builder::new().prefix("mb-fleet-").tempdir(),
-    }
-    .map_err(|e| format!("temp dir: {e}"))?;
-    let bench = Bench::new(root.path())?;
+    let parent = opts.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let root = tempfile::Builder::new()
+        .prefix("mb-fleet-")
+        .tempdir_in(&parent)
+        .map_err(|e| format!("temp dir: {e}"))?;
+    // Only the modes that take --store start a cluster, and only when a pg store is named.
+    let pg = if matches!(mode.as_str(), "writes" | "fleet")
+        && opts.stores.iter().any(|s| matches!(s, Store::Pg { .. }))
+    {
+        eprintln!(
+            "fleet: starting a PostgreSQL cluster under {}",
+            parent.display()
+        );
+        Some(pg::Cluster::start(&parent)?)
+    } else {
+        None
+    };
+    let bench = Bench::new(root.path(), pg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -100,8 +120,9 @@ fn run() -> Res<()> {
             .await
             .map_err(|_| format!("hard deadline of {backstop:?} passed"))?
     });
-    // Kill what is left (a ledger, a pull) before the temp dir under it goes away.
+    // Kill what is left (a ledger, a pull) before the cluster and the temp dir under it go.
     rt.shutdown_timeout(Duration::from_secs(5));
+    drop(bench);
     drop(root);
     out
 }
@@ -113,7 +134,9 @@ struct Opts {
     pullers: Vec<usize>,
     tasks: usize,
     paths: Vec<ClaimPath>,
+    stores: Vec<Store>,
     deadline: Duration,
+    run_deadline: Option<Duration>,
     dir: Option<PathBuf>,
 }
 
@@ -126,7 +149,9 @@ impl Opts {
             pullers: vec![1, 32],
             tasks: 50,
             paths: vec![ClaimPath::Take, ClaimPath::ReadBack],
+            stores: vec![Store::Sqlite],
             deadline: Duration::from_secs(600),
+            run_deadline: None,
             dir: None,
         };
         let mut it = args.iter();
@@ -164,6 +189,13 @@ impl Opts {
                         .collect::<Option<Vec<_>>>()
                         .ok_or_else(|| bad("take and/or read_back"))?
                 }
+                "--store" => {
+                    o.stores = value
+                        .split(',')
+                        .map(Store::parse)
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| bad("sqlite and/or pg1 to pg8"))?
+                }
                 "--deadline" => {
                     o.deadline = value
                         .parse()
@@ -171,6 +203,16 @@ impl Opts {
                         .filter(|s| *s > 0)
                         .map(Duration::from_secs)
                         .ok_or_else(|| bad("whole seconds > 0"))?
+                }
+                "--run-deadline" => {
+                    o.run_deadline = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|s| *s > 0)
+                            .map(Duration::from_secs)
+                            .ok_or_else(|| bad("whole seconds > 0"))?,
+                    )
                 }
                 "--dir" => o.dir = Some(PathBuf::from(value)),
                 _ => return Err(format!("unknown option {flag}\n{USAGE}")),
@@ -204,12 +246,43 @@ impl ClaimPath {
     }
 }
 
-/// The one temp dir everything lives in, and the environment every child process gets.
+/// Which store a ledger run is on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Store {
+    /// One `ledger serve --data DIR`.
+    Sqlite,
+    /// `replicas` `ledger serve --store URL` processes over one PostgreSQL database.
+    Pg { replicas: usize },
+}
+
+impl Store {
+    fn parse(s: &str) -> Option<Store> {
+        match s.trim() {
+            "sqlite" => Some(Store::Sqlite),
+            pg => pg
+                .strip_prefix("pg")
+                .and_then(|n| n.parse().ok())
+                .filter(|n| (1..=8).contains(n))
+                .map(|replicas| Store::Pg { replicas }),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Store::Sqlite => "sqlite".into(),
+            Store::Pg { replicas } => format!("pg{replicas}"),
+        }
+    }
+}
+
+/// The one temp dir everything lives in, the environment every child process gets, and the
+/// PostgreSQL cluster when a pg store was asked for.
 struct Bench {
     root: PathBuf,
     path_var: String,
     gitconfig: PathBuf,
     runs: AtomicUsize,
+    pg: Option<pg::Cluster>,
 }
 
 /// One run's own HOME (so each fresh ledger writes its own config.json, which the CLI commands
@@ -223,7 +296,7 @@ struct Home {
 }
 
 impl Bench {
-    fn new(root: &Path) -> Res<Bench> {
+    fn new(root: &Path, pg: Option<pg::Cluster>) -> Res<Bench> {
         let gitconfig = root.join("gitconfig");
         write(
             &gitconfig,
@@ -234,7 +307,14 @@ impl Bench {
             path_var: std::env::var("PATH").unwrap_or_default(),
             gitconfig,
             runs: AtomicUsize::new(0),
+            pg,
         })
+    }
+
+    fn cluster(&self) -> Res<&pg::Cluster> {
+        self.pg
+            .as_ref()
+            .ok_or_else(|| "no PostgreSQL cluster was started".into())
     }
 
     fn fresh(&self, name: &str) -> Res<Home> {
@@ -267,6 +347,11 @@ impl Bench {
 }
 
 impl Home {
+    /// The `ledger serve` / `ledger key` arguments that put the ledger in this run's data dir.
+    fn sqlite_args(&self) -> Vec<String> {
+        vec!["--data".into(), self.data.display().to_string()]
+    }
+
     fn cmd(&self, program: &str, args: &[&str]) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(program);
         c.env_clear()
@@ -318,16 +403,11 @@ struct Ledger {
 }
 
 impl Ledger {
-    async fn start(h: &Home, extra: &[&str]) -> Res<Ledger> {
-        let data = h.data.display().to_string();
-        let mut args = vec![
-            "ledger",
-            "serve",
-            "--data",
-            &data,
-            "--listen",
-            "127.0.0.1:0",
-        ];
+    /// `store` is where the ledger keeps its rows: `--data DIR` or `--store URL`.
+    async fn start(h: &Home, store: &[String], extra: &[&str]) -> Res<Ledger> {
+        let mut args = vec!["ledger", "serve"];
+        args.extend(store.iter().map(String::as_str));
+        args.extend_from_slice(&["--listen", "127.0.0.1:0"]);
         args.extend_from_slice(extra);
         let mut cmd = h.cmd(BIN, &args);
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
@@ -360,6 +440,42 @@ impl Drop for Ledger {
     fn drop(&mut self) {
         // tokio reaps the killed child in the background.
         let _ = self.child.start_kill();
+    }
+}
+
+/// One run's ledger on its store: one process on SQLite, or the replicas over one fresh
+/// PostgreSQL database.
+struct Ledgers {
+    replicas: Vec<Ledger>,
+    /// `--data DIR` or `--store URL`, for the key commands of the run.
+    store_args: Vec<String>,
+}
+
+impl Ledgers {
+    async fn start(bench: &Bench, h: &Home, store: Store, extra: &[&str]) -> Res<Ledgers> {
+        let (store_args, count) = match store {
+            Store::Sqlite => (h.sqlite_args(), 1),
+            Store::Pg { replicas } => {
+                let cluster = bench.cluster()?;
+                // A psql of a few ms between runs: nothing is being measured while it blocks.
+                let url = tokio::task::block_in_place(|| cluster.fresh_database())?;
+                (vec!["--store".into(), url], replicas)
+            }
+        };
+        let mut replicas = Vec::with_capacity(count);
+        // One at a time: the first makes the schema, the org and the admin key (and this run's
+        // config.json) before it prints its address, so the others find a ready store.
+        for _ in 0..count {
+            replicas.push(Ledger::start(h, &store_args, extra).await?);
+        }
+        Ok(Ledgers {
+            replicas,
+            store_args,
+        })
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.replicas.iter().map(|l| l.url.clone()).collect()
     }
 }
 
@@ -451,56 +567,111 @@ impl Errors {
 
 async fn writes(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
     let secs = Duration::from_secs_f64(opts.seconds);
-    let raw_dir = bench.root.join("raw-sqlite");
-    std::fs::create_dir_all(&raw_dir).map_err(|e| format!("{}: {e}", raw_dir.display()))?;
-    eprintln!("fleet: raw SQLite, 1 and 32 rows per commit, {secs:?} each");
-    let one = {
-        let dir = raw_dir.clone();
-        tokio::task::spawn_blocking(move || raw_sqlite(&dir.join("one.db"), 1, secs))
-            .await
-            .map_err(|e| format!("raw SQLite: {e}"))??
+    // A store column (and the PostgreSQL server's CPU) only when more than SQLite is measured,
+    // so a default run prints what it always has.
+    let show_store = opts.stores != [Store::Sqlite];
+    let any_pg = opts.stores.iter().any(|s| matches!(s, Store::Pg { .. }));
+    let mut sqlite_raw = None;
+    if opts.stores.contains(&Store::Sqlite) {
+        let raw_dir = bench.root.join("raw-sqlite");
+        std::fs::create_dir_all(&raw_dir).map_err(|e| format!("{}: {e}", raw_dir.display()))?;
+        eprintln!("fleet: raw SQLite, 1 and 32 rows per commit, {secs:?} each");
+        let one = {
+            let dir = raw_dir.clone();
+            tokio::task::spawn_blocking(move || raw_sqlite(&dir.join("one.db"), 1, secs))
+                .await
+                .map_err(|e| format!("raw SQLite: {e}"))??
+        };
+        let batch = {
+            let dir = raw_dir.clone();
+            tokio::task::spawn_blocking(move || raw_sqlite(&dir.join("batch.db"), 32, secs))
+                .await
+                .map_err(|e| format!("raw SQLite: {e}"))??
+        };
+        sqlite_raw = Some((one, batch));
+    }
+    let mut pg_raw = None;
+    if any_pg {
+        eprintln!("fleet: raw PostgreSQL, 1 and 32 rows per commit, {secs:?} each");
+        let cluster = bench.cluster()?;
+        let mut rates = Vec::new();
+        for rows in [1, 32] {
+            let url = tokio::task::block_in_place(|| cluster.fresh_database())?;
+            rates.push(
+                tokio::task::spawn_blocking(move || pg::raw_commits(&url, rows, secs))
+                    .await
+                    .map_err(|e| format!("raw PostgreSQL: {e}"))??,
+            );
+        }
+        let batch = rates.pop().ok_or("raw PostgreSQL: no rate")?;
+        let one = rates.pop().ok_or("raw PostgreSQL: no rate")?;
+        pg_raw = Some((one, batch));
+    }
+    // Each store against its own ceiling: one durable single-row commit after another.
+    let ceiling = |store: Store| {
+        let raw = match store {
+            Store::Sqlite => &sqlite_raw,
+            Store::Pg { .. } => &pg_raw,
+        };
+        raw.as_ref().map_or(0.0, |(one, _)| one.commits_per_s())
     };
-    let batch = {
-        let dir = raw_dir.clone();
-        tokio::task::spawn_blocking(move || raw_sqlite(&dir.join("batch.db"), 32, secs))
-            .await
-            .map_err(|e| format!("raw SQLite: {e}"))??
-    };
-    let ceiling = one.commits_per_s();
 
     let ticks = clock_ticks();
     let mut rows = Vec::new();
     let mut notes = Vec::new();
+    // Clients outside, stores inside: the stores of one client count run back to back, so a
+    // disturbance on the shared machine lands on neighbours that are compared.
     for &n in &opts.clients {
-        // A run needs warm-up + window + drain; one that cannot finish before the deadline is
-        // not started, so what is printed is whole runs only.
-        if Instant::now() + WARMUP + secs + REQUEST_LIMIT > deadline {
-            notes.push(format!("- {n} clients: not run, the deadline would pass"));
-            continue;
+        for &store in &opts.stores {
+            let label = if show_store {
+                format!("{} with {n} clients", store.name())
+            } else {
+                format!("{n} clients")
+            };
+            // A run needs warm-up + window + drain; one that cannot finish before the deadline
+            // is not started, so what is printed is whole runs only.
+            if Instant::now() + WARMUP + secs + REQUEST_LIMIT > deadline {
+                notes.push(format!("- {label}: not run, the deadline would pass"));
+                continue;
+            }
+            eprintln!(
+                "fleet: {} store, {n} concurrent writers, {secs:?}",
+                store.name()
+            );
+            let r = ledger_writes(bench, store, n, secs, ticks).await?;
+            notes.extend(r.errors.notes(&label));
+            rows.push(r);
         }
-        eprintln!("fleet: {n} concurrent writers, {secs:?}");
-        let r = ledger_writes(bench, n, secs, ticks).await?;
-        notes.extend(r.errors.notes(&format!("{n} clients")));
-        rows.push(r);
     }
 
-    println!(
-        "Raw SQLite on the same filesystem (WAL, synchronous=FULL, one connection, {:.1} s each):",
-        opts.seconds
-    );
-    println!();
-    println!("| rows per commit | commits | commits/s | rows/s |");
-    println!("|---|---|---|---|");
-    for r in [&one, &batch] {
-        println!(
-            "| {} | {} | {:.0} | {:.0} |",
-            r.rows_per_commit,
-            r.commits,
-            r.commits_per_s(),
-            r.commits_per_s() * r.rows_per_commit as f64
-        );
+    for (what, raw) in [
+        (
+            "Raw SQLite on the same filesystem (WAL, synchronous=FULL, one connection",
+            &sqlite_raw,
+        ),
+        (
+            "Raw PostgreSQL on the same filesystem (the bench's cluster, fsync and \
+             synchronous_commit on, one connection, one INSERT per autocommit transaction or 32 \
+             in one transaction",
+            &pg_raw,
+        ),
+    ] {
+        let Some((one, batch)) = raw else { continue };
+        println!("{what}, {:.1} s each):", opts.seconds);
+        println!();
+        println!("| rows per commit | commits | commits/s | rows/s |");
+        println!("|---|---|---|---|");
+        for r in [one, batch] {
+            println!(
+                "| {} | {} | {:.0} | {:.0} |",
+                r.rows_per_commit,
+                r.commits,
+                r.commits_per_s(),
+                r.commits_per_s() * r.rows_per_commit as f64
+            );
+        }
+        println!();
     }
-    println!();
     println!(
         "`concept_create_write` from N concurrent keep-alive connections, each back to back, a \
          fresh ledger per row, {:.1} s counted after {:.1} s warm-up; CPU is the ledger \
@@ -509,11 +680,26 @@ async fn writes(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         WARMUP.as_secs_f64()
     );
     println!();
+    let (lead, lead_rule) = if show_store {
+        ("| store ", "|---")
+    } else {
+        ("", "")
+    };
+    let (tail, tail_rule) = if any_pg {
+        (" PostgreSQL server CPU s / 1k writes |", "---|")
+    } else {
+        ("", "")
+    };
+    let ratio = if show_store {
+        "x own store's raw 1-row commits/s"
+    } else {
+        "x raw 1-row commits/s"
+    };
     println!(
-        "| clients | writes (201) | errors | writes/s | x raw 1-row commits/s | p50 ms | p99 ms \
-         | ledger user CPU s / 1k writes | ledger sys CPU s / 1k writes | sys share of ledger CPU |"
+        "{lead}| clients | writes (201) | errors | writes/s | {ratio} | p50 ms | p99 ms \
+         | ledger user CPU s / 1k writes | ledger sys CPU s / 1k writes | sys share of ledger CPU |{tail}"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("{lead_rule}|---|---|---|---|---|---|---|---|---|---|{tail_rule}");
     for r in &rows {
         let per_k = |s: f64| {
             if r.ok == 0 {
@@ -528,18 +714,41 @@ async fn writes(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         } else {
             "-".into()
         };
+        let lead = if show_store {
+            format!("| {} ", r.store.name())
+        } else {
+            String::new()
+        };
+        let tail = if any_pg {
+            format!(" {} |", r.pg_cpu.map_or("-".into(), per_k))
+        } else {
+            String::new()
+        };
+        let ceiling = ceiling(r.store);
         println!(
-            "| {} | {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {} |",
+            "{lead}| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |{tail}",
             r.clients,
             r.ok,
             r.window_errors,
             r.writes_per_s,
-            r.writes_per_s / ceiling,
+            if ceiling > 0.0 {
+                format!("{:.2}", r.writes_per_s / ceiling)
+            } else {
+                "-".into()
+            },
             ms(r.p50),
             ms(r.p99),
             per_k(r.user),
             per_k(r.sys),
             share
+        );
+    }
+    if show_store {
+        println!();
+        println!(
+            "Ledger CPU is summed over the replicas; PostgreSQL server CPU is the postmaster's \
+             and every process it forked (backends, WAL writer, checkpointer) over the same \
+             window."
         );
     }
     if !notes.is_empty() {
@@ -612,14 +821,18 @@ fn raw_sqlite(path: &Path, rows_per_commit: usize, secs: Duration) -> Res<RawRat
 }
 
 struct WritesRun {
+    store: Store,
     clients: usize,
     ok: u64,
     window_errors: u64,
     writes_per_s: f64,
     p50: Option<f64>,
     p99: Option<f64>,
+    /// Summed over the replicas.
     user: f64,
     sys: f64,
+    /// The PostgreSQL server's user + sys CPU seconds over the window, on a pg store.
+    pg_cpu: Option<f64>,
     errors: Errors,
 }
 
@@ -633,44 +846,47 @@ struct Tally {
     errors: Errors,
 }
 
-async fn ledger_writes(bench: &Bench, n: usize, secs: Duration, ticks: f64) -> Res<WritesRun> {
-    let h = bench.fresh(&format!("writes-{n}"))?;
-    let ledger = Ledger::start(&h, &[]).await?;
-    let data = h.data.display().to_string();
+async fn ledger_writes(
+    bench: &Bench,
+    store: Store,
+    n: usize,
+    secs: Duration,
+    ticks: f64,
+) -> Res<WritesRun> {
+    let h = bench.fresh(&format!("writes-{}-{n}", store.name()))?;
+    let ledgers = Ledgers::start(bench, &h, store, &[]).await?;
     // A cell's key (read,write), not the first-start admin key.
-    let created = step(
-        h.cmd(
-            BIN,
-            &[
-                "ledger",
-                "key",
-                "create",
-                "--data",
-                &data,
-                "--org",
-                "default",
-                "--scopes",
-                "read,write",
-                "--json",
-            ],
-        ),
-        "ledger key create",
-    )
-    .await?;
+    let mut args = vec!["ledger", "key", "create"];
+    args.extend(ledgers.store_args.iter().map(String::as_str));
+    args.extend_from_slice(&["--org", "default", "--scopes", "read,write", "--json"]);
+    let created = step(h.cmd(BIN, &args), "ledger key create").await?;
     let key: serde_json::Value =
         serde_json::from_str(&created).map_err(|e| format!("key create output: {e}"))?;
     let key = key["key"]
         .as_str()
         .ok_or("key create printed no key")?
         .to_string();
-    let pid = ledger.pid()?.to_string();
+    let pids = ledgers
+        .replicas
+        .iter()
+        .map(|l| l.pid().map(|p| p.to_string()))
+        .collect::<Res<Vec<_>>>()?;
+    let server = match store {
+        Store::Sqlite => None,
+        Store::Pg { .. } => Some(bench.cluster()?),
+    };
 
     // One keep-alive connection per task: every task is one cell with its own connection, so
-    // exactly N requests are in flight on N sockets. Opened before the clock starts.
-    let addr = ledger.url.trim_start_matches("http://").to_string();
+    // exactly N requests are in flight on N sockets. Opened before the clock starts. With
+    // replicas, the writers alternate between them.
+    let addrs: Vec<String> = ledgers
+        .urls()
+        .iter()
+        .map(|u| u.trim_start_matches("http://").to_string())
+        .collect();
     let mut clients = Vec::with_capacity(n);
-    for _ in 0..n {
-        clients.push(Conn::open(&addr).await?);
+    for c in 0..n {
+        clients.push(Conn::open(&addrs[c % addrs.len()]).await?);
     }
     let start = Instant::now();
     let counting = start + WARMUP;
@@ -685,9 +901,11 @@ async fn ledger_writes(bench: &Bench, n: usize, secs: Duration, ticks: f64) -> R
     // The counted window is [counting, end]: a write counts when its answer arrives in it, so
     // the rate is what the ledger completed in the window, the same window the CPU is read over.
     sleep_until(counting.into()).await;
-    let (u0, s0) = cpu_seconds(&pid, ticks)?;
+    let (u0, s0) = cpu_sum(&pids, ticks)?;
+    let pg0 = server.map(|c| server_cpu(c, ticks));
     sleep_until(end.into()).await;
-    let (u1, s1) = cpu_seconds(&pid, ticks)?;
+    let (u1, s1) = cpu_sum(&pids, ticks)?;
+    let pg1 = server.map(|c| server_cpu(c, ticks));
 
     let mut total = Tally::default();
     let drain = tokio::time::Instant::from(end) + REQUEST_LIMIT + Duration::from_secs(5);
@@ -709,9 +927,18 @@ async fn ledger_writes(bench: &Bench, n: usize, secs: Duration, ticks: f64) -> R
             }
         }
     }
-    drop(ledger);
+    drop(ledgers);
     total.latencies.sort_unstable();
+    // A server process that started in the window counts whole; one that ended in it is lost
+    // (the ledgers' connections live as long as the run, so these are rare).
+    let pg_cpu = pg0.zip(pg1).map(|(before, after)| {
+        after
+            .iter()
+            .map(|(pid, t)| t - before.get(pid).copied().unwrap_or(0.0))
+            .sum()
+    });
     Ok(WritesRun {
+        store,
         clients: n,
         ok: total.ok,
         window_errors: total.window_errors,
@@ -720,8 +947,30 @@ async fn ledger_writes(bench: &Bench, n: usize, secs: Duration, ticks: f64) -> R
         p99: quantile_ms(&total.latencies, 0.99),
         user: u1 - u0,
         sys: s1 - s0,
+        pg_cpu,
         errors: total.errors,
     })
+}
+
+/// User and system CPU seconds of the processes, summed.
+fn cpu_sum(pids: &[String], ticks: f64) -> Res<(f64, f64)> {
+    pids.iter().try_fold((0.0, 0.0), |(u, s), pid| {
+        let (pu, ps) = cpu_seconds(pid, ticks)?;
+        Ok((u + pu, s + ps))
+    })
+}
+
+/// Each PostgreSQL server process's user + sys CPU seconds so far; one that exits between
+/// listing and reading is left out.
+fn server_cpu(cluster: &pg::Cluster, ticks: f64) -> HashMap<String, f64> {
+    cluster
+        .server_pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let (u, s) = cpu_seconds(&pid, ticks).ok()?;
+            Some((pid, u + s))
+        })
+        .collect()
 }
 
 /// One keep-alive HTTP/1.1 connection, spoken by hand. The load generator shares the two cores
@@ -1011,7 +1260,7 @@ async fn race_once(
         ClaimPath::Take => &[],
         ClaimPath::ReadBack => &["--no-take"],
     };
-    let ledger = Ledger::start(&h, extra).await?;
+    let ledger = Ledger::start(&h, &h.sqlite_args(), extra).await?;
     // The ledger's first start wrote $HOME/.substrate/config.json in this run's HOME, so the
     // commands below attach to it with no flags, as a cell on this host would.
     let config = h.home.join(".substrate").join("config.json");
@@ -1188,64 +1437,87 @@ const TASKS_PER_CELL: usize = 2;
 /// The fewest tasks a simulation starts with, so that small fleets still race for several.
 const MIN_SIM_TASKS: usize = 50;
 
-/// The fleet simulation (`sim.rs`) for each path and cell count, on a fresh ledger each.
+/// The fleet simulation (`sim.rs`) for each path, cell count and store, on a fresh ledger each.
 async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
+    let show_store = opts.stores != [Store::Sqlite];
+    let (lead, lead_rule) = if show_store {
+        ("| store ", "|---")
+    } else {
+        ("", "")
+    };
     println!(
-        "| path | cells | tasks | closed | handed out twice | left open | time to last close s | tasks settled/s | lost claims | try later (exit 4) | pull p50 ms | pull p99 ms | errors |"
+        "{lead}| path | cells | tasks | closed | handed out twice | left open | time to last close s | tasks settled/s | lost claims | try later (exit 4) | pull p50 ms | pull p99 ms | errors |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("{lead_rule}|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut notes = Vec::new();
     for &path in &opts.paths {
         for &n in &opts.cells {
-            let tasks = (n * TASKS_PER_CELL).max(MIN_SIM_TASKS);
-            if Instant::now() >= deadline {
-                notes.push(format!(
-                    "- {} with {n} cells: not run, the deadline passed",
-                    path.as_str()
-                ));
-                continue;
-            }
-            eprintln!(
-                "fleet: simulation, {} path, {n} cells, {tasks} tasks",
-                path.as_str()
-            );
-            let h = bench.fresh(&format!("sim-{}-{n}", path.as_str()))?;
-            let extra: &[&str] = match path {
-                ClaimPath::Take => &[],
-                ClaimPath::ReadBack => &["--no-take"],
-            };
-            let _ledger = Ledger::start(&h, extra).await?;
-            let mut r = sim::simulate(&h, n, tasks, deadline).await?;
-            r.pull_times.sort();
-            let errors: usize = r.errors.values().sum();
-            println!(
-                "| {} | {n} | {tasks} | {} | {} | {} | {:.2} | {:.1} | {} | {} | {} | {} | {errors} |",
-                path.as_str(),
-                r.closed,
-                r.doubles,
-                r.left_open,
-                r.secs,
-                if r.secs > 0.0 {
-                    r.closed as f64 / r.secs
+            // Stores inside: the stores of one size run back to back, so a disturbance on the
+            // shared machine lands on neighbours that are compared.
+            for &store in &opts.stores {
+                let tasks = (n * TASKS_PER_CELL).max(MIN_SIM_TASKS);
+                let label = if show_store {
+                    format!("{} {} with {n} cells", store.name(), path.as_str())
                 } else {
-                    0.0
-                },
-                r.lost_claims,
-                r.try_later,
-                ms(quantile_ms(&r.pull_times, 0.5)),
-                ms(quantile_ms(&r.pull_times, 0.99)),
-            );
-            if r.timed_out {
-                notes.push(format!(
-                    "- {} with {n} cells: the deadline stopped the cells",
+                    format!("{} with {n} cells", path.as_str())
+                };
+                if Instant::now() >= deadline {
+                    notes.push(format!("- {label}: not run, the deadline passed"));
+                    continue;
+                }
+                let run_deadline = opts
+                    .run_deadline
+                    .map_or(deadline, |d| deadline.min(Instant::now() + d));
+                eprintln!(
+                    "fleet: simulation, {} store, {} path, {n} cells, {tasks} tasks",
+                    store.name(),
                     path.as_str()
-                ));
-            }
-            for (what, count) in &r.errors {
-                notes.push(format!(
-                    "- {} with {n} cells: {count} x {what}",
-                    path.as_str()
-                ));
+                );
+                let h = bench.fresh(&format!("sim-{}-{}-{n}", store.name(), path.as_str()))?;
+                let extra: &[&str] = match path {
+                    ClaimPath::Take => &[],
+                    ClaimPath::ReadBack => &["--no-take"],
+                };
+                let ledgers = Ledgers::start(bench, &h, store, extra).await?;
+                // With replicas the cells alternate between them; one ledger is reached as a
+                // cell on this host would, through the config.json its first start wrote.
+                let endpoints = if ledgers.replicas.len() > 1 {
+                    ledgers.urls()
+                } else {
+                    Vec::new()
+                };
+                let mut r = sim::simulate(&h, &endpoints, n, tasks, run_deadline).await?;
+                drop(ledgers);
+                r.pull_times.sort();
+                let errors: usize = r.errors.values().sum();
+                let lead = if show_store {
+                    format!("| {} ", store.name())
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{lead}| {} | {n} | {tasks} | {} | {} | {} | {:.2} | {:.1} | {} | {} | {} | {} | {errors} |",
+                    path.as_str(),
+                    r.closed,
+                    r.doubles,
+                    r.left_open,
+                    r.secs,
+                    if r.secs > 0.0 {
+                        r.closed as f64 / r.secs
+                    } else {
+                        0.0
+                    },
+                    r.lost_claims,
+                    r.try_later,
+                    ms(quantile_ms(&r.pull_times, 0.5)),
+                    ms(quantile_ms(&r.pull_times, 0.99)),
+                );
+                if r.timed_out {
+                    notes.push(format!("- {label}: the deadline stopped the cells"));
+                }
+                for (what, count) in &r.errors {
+                    notes.push(format!("- {label}: {count} x {what}"));
+                }
             }
         }
     }

@@ -82,13 +82,36 @@ impl Shared {
 }
 
 /// Records `tasks` tasks, then runs `cells` cells until every one is done or `deadline`.
-pub async fn simulate(home: &Home, cells: usize, tasks: usize, deadline: Instant) -> Res<SimRun> {
-    let mut env = Env::new(home.vars.iter().cloned(), &home.cwd);
-    let att = metabob_mcp::cell::attach_once(&mut env, &home.cwd)
-        .await
-        .map_err(|e| format!("attach: {e}"))?;
+/// Cells attach through the run's config.json; given `endpoints` (the replicas of one ledger),
+/// cell `i` attaches to `endpoints[i % len]` as a cell given `DISCOVERY_ENDPOINT` would, and
+/// the recording alternates between them too.
+pub async fn simulate(
+    home: &Home,
+    endpoints: &[String],
+    cells: usize,
+    tasks: usize,
+    deadline: Instant,
+) -> Res<SimRun> {
+    let chosen: Vec<Option<&String>> = if endpoints.is_empty() {
+        vec![None]
+    } else {
+        endpoints.iter().map(Some).collect()
+    };
+    let mut atts = Vec::with_capacity(chosen.len());
+    for endpoint in chosen {
+        let vars = home
+            .vars
+            .iter()
+            .cloned()
+            .chain(endpoint.map(|url| ("DISCOVERY_ENDPOINT".to_string(), url.clone())));
+        let mut env = Env::new(vars, &home.cwd);
+        let att = metabob_mcp::cell::attach_once(&mut env, &home.cwd)
+            .await
+            .map_err(|e| format!("attach: {e}"))?;
+        atts.push(att);
+    }
     let repository = identity_of_origin(ORIGIN);
-    record(&att, &repository, tasks).await?;
+    record(&atts, &repository, tasks).await?;
 
     let shared = Arc::new(Mutex::new(Shared::default()));
     let pulls = Arc::new(tokio::sync::Semaphore::new(PULLS_IN_FLIGHT));
@@ -97,7 +120,8 @@ pub async fn simulate(home: &Home, cells: usize, tasks: usize, deadline: Instant
     let start = Instant::now();
     let mut running = tokio::task::JoinSet::new();
     for i in 0..cells {
-        let (att, shared, pulls) = (att.clone(), shared.clone(), pulls.clone());
+        let att = atts[i % atts.len()].clone();
+        let (shared, pulls) = (shared.clone(), pulls.clone());
         let (repository, aliases) = (repository.clone(), aliases.clone());
         running.spawn(async move {
             let cell = Cell {
@@ -135,8 +159,9 @@ pub async fn simulate(home: &Home, cells: usize, tasks: usize, deadline: Instant
     })
 }
 
-/// Records the tasks as `finding record --category task` would, `RECORDING` at a time.
-async fn record(att: &Attachment, repository: &str, tasks: usize) -> Res<()> {
+/// Records the tasks as `finding record --category task` would, `RECORDING` at a time, taking
+/// the attachments in turn.
+async fn record(atts: &[Attachment], repository: &str, tasks: usize) -> Res<()> {
     let mut writes = tokio::task::JoinSet::new();
     for i in 0..tasks {
         if writes.len() >= RECORDING
@@ -159,7 +184,7 @@ async fn record(att: &Attachment, repository: &str, tasks: usize) -> Res<()> {
             recorded_by: Some("fleet-bench".into()),
             session: "fleet-bench".into(),
         };
-        let att = att.clone();
+        let att = atts[i % atts.len()].clone();
         writes.spawn(async move {
             metabob_mcp::ledger::write_concept(&att, f.to_pointer())
                 .await
@@ -199,8 +224,15 @@ impl Cell<'_> {
                 lock(shared).timed_out = true;
                 return;
             }
-            let Ok(turn) = self.pulls.acquire().await else {
-                return;
+            // Most of a large fleet waits here for its turn, so the deadline bounds the wait too:
+            // a cell still queued when it passes starts no pull.
+            let turn = match tokio::time::timeout_at(deadline.into(), self.pulls.acquire()).await {
+                Ok(Ok(turn)) => turn,
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    lock(shared).timed_out = true;
+                    return;
+                }
             };
             let began = Instant::now();
             let path = ClaimPath::offered(att).await;
