@@ -11,7 +11,7 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::errors::{ApiError, LedgerError};
-use super::sql::{Dialect, PgConn, Sql, args};
+use super::sql::{Dialect, PgConn, Sql, args, pg_ddl};
 use crate::util::now_ms;
 
 /// The file inside `--data`.
@@ -21,7 +21,9 @@ pub const DB_FILE: &str = "ledger.db";
 pub const SCHEMA_VERSION: i64 = 3;
 
 // anchor: schema
-const SCHEMA_V1: &str = r#"
+/// The first version's tables, in SQLite's words; PostgreSQL's are derived from them
+/// (`sql::pg_ddl`), so the columns have one owner.
+const TABLES_V1: &str = r#"
 CREATE TABLE orgs (
     id          TEXT PRIMARY KEY,
     name        TEXT NOT NULL UNIQUE,
@@ -56,17 +58,6 @@ CREATE TABLE concepts (
     client_claim    TEXT
 );
 CREATE INDEX concepts_by_org ON concepts(org_id, seq);
-CREATE VIRTUAL TABLE concepts_fts USING fts5(
-    summary, content, shape, content='concepts', content_rowid='seq'
-);
-CREATE TRIGGER concepts_fts_ins AFTER INSERT ON concepts BEGIN
-    INSERT INTO concepts_fts(rowid, summary, content, shape)
-    VALUES (new.seq, new.summary, new.content, new.shape);
-END;
-CREATE TRIGGER concepts_fts_del AFTER DELETE ON concepts BEGIN
-    INSERT INTO concepts_fts(concepts_fts, rowid, summary, content, shape)
-    VALUES ('delete', old.seq, old.summary, old.content, old.shape);
-END;
 CREATE TABLE edges (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     id              TEXT NOT NULL UNIQUE,
@@ -99,78 +90,29 @@ CREATE TABLE usage (
 CREATE INDEX usage_by_concept ON usage(org_id, concept_id, seq);
 "#;
 
-/// The same tables on PostgreSQL. Integers are 64-bit and reals double, as SQLite stores them;
-/// full-text search is a generated `tsvector` over the same three columns, with the `simple`
-/// configuration (no stemming, no stop words), so a word matches as it does in FTS5.
+/// SQLite's full-text index over a concept's summary, content and shape, kept in step by triggers.
+const FTS_V1: &str = r#"
+CREATE VIRTUAL TABLE concepts_fts USING fts5(
+    summary, content, shape, content='concepts', content_rowid='seq'
+);
+CREATE TRIGGER concepts_fts_ins AFTER INSERT ON concepts BEGIN
+    INSERT INTO concepts_fts(rowid, summary, content, shape)
+    VALUES (new.seq, new.summary, new.content, new.shape);
+END;
+CREATE TRIGGER concepts_fts_del AFTER DELETE ON concepts BEGIN
+    INSERT INTO concepts_fts(concepts_fts, rowid, summary, content, shape)
+    VALUES ('delete', old.seq, old.summary, old.content, old.shape);
+END;
+"#;
+
+/// PostgreSQL's full-text search over the same three columns: a generated `tsvector` with the
+/// `simple` configuration (no stemming, no stop words), so a word matches as it does in FTS5.
 // anchor: pg-schema
-const PG_SCHEMA_V1: &str = r#"
-CREATE TABLE orgs (
-    id          TEXT PRIMARY KEY,
-    name        TEXT NOT NULL UNIQUE,
-    created_at  BIGINT NOT NULL
-);
-CREATE TABLE api_keys (
-    id          TEXT PRIMARY KEY,
-    org_id      TEXT NOT NULL REFERENCES orgs(id),
-    key_hash    TEXT NOT NULL UNIQUE,
-    scopes      TEXT NOT NULL,
-    label       TEXT,
-    created_at  BIGINT NOT NULL,
-    revoked_at  BIGINT
-);
-CREATE TABLE concepts (
-    seq             BIGSERIAL PRIMARY KEY,
-    id              TEXT NOT NULL UNIQUE,
-    org_id          TEXT NOT NULL REFERENCES orgs(id),
-    shape           TEXT NOT NULL,
-    source_type     TEXT NOT NULL,
-    summary         TEXT NOT NULL,
-    content         TEXT NOT NULL,
-    pointer         TEXT NOT NULL,
-    budget          BIGINT,
-    priority        DOUBLE PRECISION NOT NULL,
-    times_loaded    BIGINT NOT NULL DEFAULT 0,
-    times_succeeded BIGINT NOT NULL DEFAULT 0,
-    times_failed    BIGINT NOT NULL DEFAULT 0,
-    created_at      BIGINT NOT NULL,
-    updated_at      BIGINT NOT NULL,
-    client_claim    TEXT,
-    fts             tsvector GENERATED ALWAYS AS (
-        to_tsvector('simple', summary || ' ' || content || ' ' || shape)
-    ) STORED
-);
-CREATE INDEX concepts_by_org ON concepts(org_id, seq);
+const PG_FTS_V1: &str = r#"
+ALTER TABLE concepts ADD COLUMN fts tsvector GENERATED ALWAYS AS (
+    to_tsvector('simple', summary || ' ' || content || ' ' || shape)
+) STORED;
 CREATE INDEX concepts_fts ON concepts USING GIN (fts);
-CREATE TABLE edges (
-    seq             BIGSERIAL PRIMARY KEY,
-    id              TEXT NOT NULL UNIQUE,
-    org_id          TEXT NOT NULL REFERENCES orgs(id),
-    from_id         TEXT NOT NULL REFERENCES concepts(id),
-    to_id           TEXT NOT NULL REFERENCES concepts(id),
-    edge_type       TEXT NOT NULL,
-    weight          DOUBLE PRECISION NOT NULL,
-    traversal_count BIGINT NOT NULL,
-    description     TEXT,
-    created_at      BIGINT NOT NULL,
-    updated_at      BIGINT NOT NULL,
-    client_claim    TEXT,
-    UNIQUE (org_id, from_id, to_id, edge_type)
-);
-CREATE INDEX edges_from ON edges(org_id, from_id);
-CREATE INDEX edges_to ON edges(org_id, to_id);
-CREATE TABLE usage (
-    seq          BIGSERIAL PRIMARY KEY,
-    id           TEXT NOT NULL UNIQUE,
-    org_id       TEXT NOT NULL REFERENCES orgs(id),
-    concept_id   TEXT NOT NULL REFERENCES concepts(id),
-    outcome      TEXT NOT NULL,
-    trace_id     TEXT NOT NULL,
-    activity_id  TEXT,
-    task_id      TEXT,
-    created_at   BIGINT NOT NULL,
-    client_claim TEXT
-);
-CREATE INDEX usage_by_concept ON usage(org_id, concept_id, seq);
 "#;
 
 /// Where the ledger keeps its rows: the SQLite file in a data directory (the default), or a
@@ -283,13 +225,18 @@ fn open_pg(url: &str) -> Result<PgConn, LedgerError> {
 
 /// The schema steps, one per version; each runs once, in order, inside the migration's
 /// transaction.
-fn schema_steps(dialect: Dialect) -> [&'static str; 3] {
+fn schema_steps(dialect: Dialect) -> [String; 3] {
+    let tables = [TABLES_V1, super::goals::SCHEMA, super::open_tasks::SCHEMA];
     match dialect {
-        Dialect::Sqlite => [SCHEMA_V1, super::goals::SCHEMA, super::open_tasks::SCHEMA],
+        Dialect::Sqlite => [
+            format!("{TABLES_V1}{FTS_V1}"),
+            tables[1].into(),
+            tables[2].into(),
+        ],
         Dialect::Postgres => [
-            PG_SCHEMA_V1,
-            super::goals::PG_SCHEMA,
-            super::open_tasks::PG_SCHEMA,
+            format!("{}{PG_FTS_V1}", pg_ddl(TABLES_V1)),
+            pg_ddl(tables[1]),
+            pg_ddl(tables[2]),
         ],
     }
 }

@@ -19,7 +19,7 @@ use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
 pub use reads::{LISTED_DISPATCHES, WALK_LOG_LINES};
-pub use store::{PG_SCHEMA, SCHEMA};
+pub use store::SCHEMA;
 pub use walk::{claim_of_execution, execution_id};
 
 use super::db::Budget;

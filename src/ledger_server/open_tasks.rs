@@ -36,25 +36,6 @@ CREATE TABLE IF NOT EXISTS open_tasks (
 CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
 "#;
 
-/// The same table on PostgreSQL (`db::migrate`).
-pub const PG_SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS open_tasks (
-    org_id      TEXT NOT NULL REFERENCES orgs(id),
-    concept_id  TEXT NOT NULL REFERENCES concepts(id),
-    seq         BIGINT NOT NULL,
-    task_id     TEXT NOT NULL,
-    severity    TEXT NOT NULL,
-    repo        TEXT NOT NULL,
-    files       TEXT NOT NULL,
-    holder      TEXT,
-    held_since  BIGINT,
-    held_until  BIGINT,
-    held_claim  TEXT,
-    PRIMARY KEY (org_id, concept_id)
-);
-CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
-"#;
-
 /// The most open tasks one take looks through, oldest first: far more than a fleet keeps open,
 /// and a bound on a take's work whatever an org wrote.
 pub const MAX_SCANNED: i64 = 10_000;

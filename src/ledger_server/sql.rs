@@ -442,6 +442,33 @@ impl<'c> Sql<'c> {
     }
 }
 
+/// SQLite table DDL in PostgreSQL's words (anchor: pg_ddl): integers are 64-bit and reals double
+/// there as SQLite stores them, and an autoincrement key is a `BIGSERIAL`. Only whole words are
+/// changed; the schema's texts use nothing else PostgreSQL lacks.
+pub fn pg_ddl(sqlite: &str) -> String {
+    let text = sqlite.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY");
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(match word.as_str() {
+            "INTEGER" => "BIGINT",
+            "REAL" => "DOUBLE PRECISION",
+            w => w,
+        });
+        word.clear();
+    };
+    for ch in text.chars() {
+        if ch.is_ascii_alphanumeric() || ch == '_' {
+            word.push(ch);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(ch);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
 /// The advisory lock's key text: one org's id, so orgs never contend.
 fn holder_key(org: &str, id: &str) -> String {
     format!("{org}\n{id}")
@@ -455,6 +482,18 @@ pub fn json_text(text: Option<String>) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlite_ddl_reads_as_postgresql_ddl() {
+        assert_eq!(
+            pg_ddl(
+                "CREATE TABLE t (\n    seq INTEGER PRIMARY KEY AUTOINCREMENT,\n    n INTEGER NOT NULL,\n    \
+                 w REAL,\n    realm TEXT,\n    integer_ms INTEGER\n);"
+            ),
+            "CREATE TABLE t (\n    seq BIGSERIAL PRIMARY KEY,\n    n BIGINT NOT NULL,\n    \
+             w DOUBLE PRECISION,\n    realm TEXT,\n    integer_ms BIGINT\n);"
+        );
+    }
 
     #[test]
     fn placeholders_are_renumbered_outside_quotes() {

@@ -53,45 +53,6 @@ CREATE TABLE IF NOT EXISTS goal_labels (
 CREATE INDEX IF NOT EXISTS goal_labels_by_dispatch ON goal_labels(org_id, dispatch_id, seq);
 "#;
 
-/// The same tables on PostgreSQL (`db::migrate`).
-pub const PG_SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS goal_dispatches (
-    seq             BIGSERIAL PRIMARY KEY,
-    id              TEXT NOT NULL UNIQUE,
-    org_id          TEXT NOT NULL REFERENCES orgs(id),
-    task_concept    TEXT NOT NULL REFERENCES concepts(id),
-    task_id         TEXT NOT NULL,
-    goal            TEXT NOT NULL,
-    operator        TEXT NOT NULL,
-    tags            TEXT NOT NULL,
-    learning_mode   TEXT,
-    variables       TEXT NOT NULL,
-    key_id          TEXT NOT NULL,
-    key_admin       BIGINT NOT NULL,
-    created_at      BIGINT NOT NULL,
-    client_claim    TEXT
-);
-CREATE INDEX IF NOT EXISTS goal_dispatches_by_org ON goal_dispatches(org_id, seq);
-CREATE INDEX IF NOT EXISTS goal_dispatches_by_task ON goal_dispatches(org_id, task_id);
-CREATE TABLE IF NOT EXISTS goal_labels (
-    seq             BIGSERIAL PRIMARY KEY,
-    id              TEXT NOT NULL UNIQUE,
-    org_id          TEXT NOT NULL REFERENCES orgs(id),
-    dispatch_id     TEXT NOT NULL,
-    execution_id    TEXT,
-    activity_id     TEXT,
-    goal            TEXT NOT NULL,
-    verdict         TEXT NOT NULL,
-    confidence      DOUBLE PRECISION NOT NULL,
-    labeler         TEXT NOT NULL,
-    notes           TEXT NOT NULL,
-    key_id          TEXT NOT NULL,
-    created_at      BIGINT NOT NULL,
-    client_claim    TEXT
-);
-CREATE INDEX IF NOT EXISTS goal_labels_by_dispatch ON goal_labels(org_id, dispatch_id, seq);
-"#;
-
 /// Most of a task's rows read: the newest, which decide where it stands. A task with more has
 /// been written to by something other than cells, and its oldest rows are not weighed.
 pub const MAX_TASK_ROWS: i64 = 500;
