@@ -587,17 +587,25 @@ fn racing_harness(n: u32) -> String {
     )
 }
 
-#[test]
-fn a_rebase_conflict_gives_the_task_back_and_the_cell_goes_on_to_close_it() {
-    let mut w = world(&[("a.py", "ref: main")]);
+/// One task on `a.py` with `details`, one cell whose harness races it `races` times (with
+/// `extra` environment), run to exit `code`: the world, the task's id and the cell's log, which
+/// names the first conflict.
+fn raced(details: &str, races: u32, extra: &[(&str, &str)], code: i32) -> (World, String, String) {
+    let mut w = world(&[("a.py", details)]);
     let id = w.ids[0].clone();
-    let cell = w.cell("cell1", &racing_harness(1), &[]);
-    w.exits(&cell, 0);
+    let cell = w.cell("cell1", &racing_harness(races), extra);
+    w.exits(&cell, code);
     let l = logs(&cell);
     assert!(
         l.contains(&format!("{id}: rebase onto origin/main conflicts")),
         "{l}"
     );
+    (w, id, l)
+}
+
+#[test]
+fn a_rebase_conflict_gives_the_task_back_and_the_cell_goes_on_to_close_it() {
+    let (w, id, l) = raced("ref: main", 1, &[], 0);
     assert!(
         l.contains(&format!(
             "{id}: the claim is released; pulling the next task"
@@ -610,11 +618,7 @@ fn a_rebase_conflict_gives_the_task_back_and_the_cell_goes_on_to_close_it() {
 
 #[test]
 fn more_conflicts_in_a_row_than_conflict_max_stop_the_cell_with_exit_1() {
-    let mut w = world(&[("a.py", "ref: main")]);
-    let id = w.ids[0].clone();
-    let cell = w.cell("cell1", &racing_harness(100), &[("CONFLICT_MAX", "1")]);
-    w.exits(&cell, 1);
-    let l = logs(&cell);
+    let (w, id, l) = raced("ref: main", 100, &[("CONFLICT_MAX", "1")], 1);
     assert!(
         l.contains("2 rebase conflicts in a row (CONFLICT_MAX=1); stopping"),
         "{l}"
@@ -627,15 +631,7 @@ fn more_conflicts_in_a_row_than_conflict_max_stop_the_cell_with_exit_1() {
 
 #[test]
 fn under_conflicts_retry_the_same_cell_redoes_the_task_on_the_fresh_target_keeping_its_claim() {
-    let mut w = world(&[("a.py", "ref: main\nconflicts: retry")]);
-    let id = w.ids[0].clone();
-    let cell = w.cell("cell1", &racing_harness(1), &[]);
-    w.exits(&cell, 0);
-    let l = logs(&cell);
-    assert!(
-        l.contains(&format!("{id}: rebase onto origin/main conflicts")),
-        "{l}"
-    );
+    let (w, id, l) = raced("ref: main\nconflicts: retry", 1, &[], 0);
     assert!(
         l.contains(&format!(
             "{id}: keeping the claim; running the harness again on the fresh origin/main (1 of 2)"
