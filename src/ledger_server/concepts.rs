@@ -207,10 +207,10 @@ impl CreateConcept {
 
     /// Inserts the concept with creation time `now` on `conn`, inside the caller's transaction
     /// (the goal board writes a task and its dispatch in one), keeps the open-task index in
-    /// step, and returns it as answered. Every concept the ledger writes comes through here,
-    /// a verdict row under its findings' holder locks (taken here when the caller has not).
+    /// step, and returns it as answered. Every concept the ledger writes comes through here. A
+    /// verdict row must be written under its findings' holder locks, taken before `now` was
+    /// drawn: [`CreateConcept::run`] takes them; the take holds them already.
     pub fn insert(&self, conn: Sql<'_>, org: &str, now: i64) -> Result<Value, ApiError> {
-        conn.lock_holders(org, &self.holder_ids())?;
         let id = format!("concept_{}", random_hex(12));
         conn.execute(
             "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer, budget, priority,

@@ -239,6 +239,7 @@ impl TakeRequest {
     ) -> Result<Held, ApiError> {
         let row = claims::claim_row(&task, &self.vessel, &self.session, self.minutes, now);
         let written = CreateConcept::parse(&fields(&row.to_pointer()), self.claim.as_ref())?
+            // The row names the task's ids, whose holder locks `look` took.
             .insert(w.sql(), org, now)?;
         let verdict = Verdict::read(&written).ok().flatten().ok_or_else(|| {
             ApiError::Internal("the claim row written does not read as a claim".into())
