@@ -1193,7 +1193,8 @@ mod tests {
     }
 
     /// Queues one write behind the held writer and waits until it sits in the queue, so the
-    /// batch's order is the order of these calls.
+    /// batch's order is the order of these calls. Only sound while the writer thread is held
+    /// inside a batch: then nothing takes from the queue, and its length only grows.
     async fn queue_write<T: Send + 'static>(
         db: &Db,
         budget_ms: u64,
@@ -1214,29 +1215,27 @@ mod tests {
     async fn one_commit_holds_a_batch_and_an_interrupted_write_undoes_only_itself() {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(&sqlite(&dir), 1).unwrap();
-        // Hold the writer so that the next writes queue up and are committed as one batch.
-        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        // A write that waits inside its own batch holds the writer thread there, so the next
+        // writes queue up behind it and are taken as one batch once it is let go. Waiting for
+        // the queue to empty instead would race the thread's taking of it.
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let holder = std::thread::spawn({
+        let mut held_tx = Some(held_tx);
+        let holder = tokio::spawn({
             let db = db.clone();
-            move || {
-                db.with_writer(|_| {
-                    held_tx.send(()).unwrap();
-                    release_rx.recv().unwrap();
+            async move {
+                db.write(Budget::start(60_000), move |_| {
+                    if let Some(tx) = held_tx.take() {
+                        let _ = tx.send(());
+                    }
+                    let _ = release_rx.recv();
                     Ok(())
                 })
-                .unwrap()
+                .await
             }
         });
-        held_rx.recv().unwrap();
-        // The writer thread takes the first write off the queue and then waits for the lock.
-        let first = tokio::spawn({
-            let db = db.clone();
-            async move { db.write(Budget::start(60_000), insert_org("org_a")).await }
-        });
-        while queued(&db) != 0 {
-            tokio::task::yield_now().await;
-        }
+        held_rx.await.unwrap();
+        let first = queue_write(&db, 60_000, insert_org("org_a")).await;
         let endless = format!(
             "INSERT INTO orgs (id, name, created_at) {ENDLESS} SELECT 'o' || i, 'n' || i, 0 FROM n"
         );
@@ -1245,7 +1244,7 @@ mod tests {
         // A write that fails on its own (a duplicate key) is undone alone, without a restart.
         let duplicate = queue_write(&db, 60_000, insert_org("org_c")).await;
         release_tx.send(()).unwrap();
-        holder.join().unwrap();
+        holder.await.unwrap().unwrap();
 
         assert_eq!(first.await.unwrap().unwrap(), 1);
         let stopped = stopped.await.unwrap();
