@@ -46,12 +46,14 @@ pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, Resolv
                 "type": "conceptSearch", "shape": shape, "limit": PAGE, "offset": page * PAGE,
             }))
             .await?;
-        let rows = answer
+        let rows = match answer
             .ok("conceptSearch")?
-            .get("concepts")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+            .get_mut("concepts")
+            .map(Value::take)
+        {
+            Some(Value::Array(rows)) => rows,
+            _ => Vec::new(),
+        };
         if page > 0 && !rows.is_empty() && rows.first().map(id) == window.rows.first().map(id) {
             OFFSET_IGNORED.store(true, Ordering::Relaxed);
             tracing::warn!("concept-db ignores the search offset; reading one page from now on");

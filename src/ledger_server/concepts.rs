@@ -49,8 +49,18 @@ pub fn relevance(succeeded: i64, loaded: i64) -> f64 {
     (succeeded as f64 + 1.0) / (loaded as f64 + 2.0)
 }
 
-/// The same formula in SQL, for filtering and ordering.
-const RELEVANCE_SQL: &str = "((c.times_succeeded + 1.0) / (c.times_loaded + 2.0))";
+/// The same formula in SQL, for filtering and ordering. Unqualified, so that the rank index's
+/// expression is this text and both stores' planners match a search's `ORDER BY` to it.
+pub(super) const RELEVANCE_SQL: &str = "((times_succeeded + 1.0) / (times_loaded + 2.0))";
+
+/// The index a list-mode `conceptSearch` walks (anchor: rank-index): one org's concepts of one
+/// shape in the search's order, so a page is read off the index instead of sorting every row of
+/// the shape, once per page.
+pub fn rank_index_ddl() -> String {
+    format!(
+        "CREATE INDEX concepts_by_rank ON concepts (org_id, shape, {RELEVANCE_SQL} DESC, seq DESC);"
+    )
+}
 
 const CONCEPT_COLS: &str = "c.seq, c.id, c.shape, c.source_type, c.summary, c.content, c.pointer, c.budget, \
      c.priority, c.times_loaded, c.times_succeeded, c.times_failed, c.created_at, c.updated_at, c.client_claim";

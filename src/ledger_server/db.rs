@@ -18,7 +18,7 @@ use crate::util::now_ms;
 pub const DB_FILE: &str = "ledger.db";
 
 /// Bumped with every schema change; `migrate` brings older files forward.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 // anchor: schema
 /// The first version's tables, in SQLite's words; PostgreSQL's are derived from them
@@ -225,18 +225,21 @@ fn open_pg(url: &str) -> Result<PgConn, LedgerError> {
 
 /// The schema steps, one per version; each runs once, in order, inside the migration's
 /// transaction.
-fn schema_steps(dialect: Dialect) -> [String; 3] {
+fn schema_steps(dialect: Dialect) -> [String; 4] {
     let tables = [TABLES_V1, super::goals::SCHEMA, super::open_tasks::SCHEMA];
+    let rank = super::concepts::rank_index_ddl();
     match dialect {
         Dialect::Sqlite => [
             format!("{TABLES_V1}{FTS_V1}"),
             tables[1].into(),
             tables[2].into(),
+            rank,
         ],
         Dialect::Postgres => [
             format!("{}{PG_FTS_V1}", pg_ddl(TABLES_V1)),
             pg_ddl(tables[1]),
             pg_ddl(tables[2]),
+            rank,
         ],
     }
 }
@@ -1087,6 +1090,37 @@ mod tests {
 
     fn sqlite(dir: &tempfile::TempDir) -> Location {
         Location::Sqlite(dir.path().to_path_buf())
+    }
+
+    #[test]
+    fn a_version_3_file_gains_the_rank_index_and_search_reads_pages_off_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        {
+            let conn = Connection::open(&path).unwrap();
+            for step in &schema_steps(Dialect::Sqlite)[..3] {
+                conn.execute_batch(step).unwrap();
+            }
+            conn.execute_batch("PRAGMA user_version = 3").unwrap();
+        }
+        let conn = open_connection(dir.path()).unwrap();
+        assert_eq!(stored_version(Sql::Lite(&conn)).unwrap(), SCHEMA_VERSION);
+        let plan: Vec<String> = Sql::Lite(&conn)
+            .query(
+                &format!(
+                    "EXPLAIN QUERY PLAN SELECT c.seq, c.content FROM concepts c
+                     WHERE c.org_id = ?1 AND c.shape = ?2
+                     ORDER BY {} DESC, c.seq DESC LIMIT 300 OFFSET 900",
+                    super::super::concepts::RELEVANCE_SQL
+                ),
+                args!["org", "verdict"],
+                |r| r.get::<String>(3),
+            )
+            .unwrap();
+        assert_eq!(
+            plan,
+            ["SEARCH c USING INDEX concepts_by_rank (org_id=? AND shape=?)"]
+        );
     }
 
     fn queued(db: &Db) -> usize {
