@@ -134,6 +134,39 @@ fn a_taken_task_is_held_for_every_reader_and_its_holder_can_renew_and_release_it
     assert_eq!(v["taken"]["concept_id"], t[0].as_str(), "{v}");
 }
 
+/// `task renew` on a ledger with the take renews through it: a task nobody else holds stays the
+/// renewer's, even once its claim ended (here by its own release). By read-back, a claim the
+/// cell no longer holds cannot be renewed. (Held by another, neither path renews: `cell.rs`.)
+#[test]
+fn renewing_through_the_take_keeps_a_task_nobody_else_holds_and_read_back_refuses_it() {
+    for (extra, path, after_release) in [
+        (&[][..], "take", 0),
+        (&["--no-take"][..], "read_back", 1),
+    ] {
+        let w = world(extra);
+        let t = w.tasks(1);
+        let out = w.env.task_pull(&w.url, "c1", &["--json"]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let report: Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(report["claim_path"], path);
+        let me = report["task"]["vessel_id"].as_str().unwrap().to_string();
+        let task_dir = w.env.path("c1/task").display().to_string();
+        let renew = || w.env.run(&["task", "renew", "--task-dir", &task_dir]);
+        assert_eq!(renew().code, 0, "{path}");
+        let release = w.env.run(&["task", "release", "--task-dir", &task_dir]);
+        assert_eq!(release.code, 0, "{release:?}");
+        let out = renew();
+        assert_eq!(out.code, after_release, "{path}: {out:?}");
+        if path == "take" {
+            assert_eq!(out.stdout.trim(), "renewed");
+            let (_, v) = w.take(&[&t[0]], "someone-else");
+            assert_eq!(passed(&v), [("held".to_string(), me.clone())], "{v}");
+        } else {
+            assert!(out.stderr.contains("holds no live claim"), "{out:?}");
+        }
+    }
+}
+
 #[test]
 fn a_take_refuses_bad_input_and_other_orgs_tasks_and_read_only_keys() {
     let w = world(&[]);

@@ -337,7 +337,7 @@ impl<'a> Claimer<'a> {
                 if let Some(i) = by_id(id) {
                     let (word, held) = match why {
                         claims::Passed::Held(h) => (ClaimWord::Held, Some(h)),
-                        claims::Passed::Closed => (ClaimWord::Closed, None),
+                        claims::Passed::Closed | claims::Passed::Busy => (ClaimWord::Closed, None),
                     };
                     self.note(&ask[i].finding, CandidateOutcome::Claim(word), held);
                 }

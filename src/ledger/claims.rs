@@ -311,6 +311,13 @@ pub async fn claim_finding(
     use crate::attachment::ResolveError;
 
     let minutes = minutes.clamp(1, MAX_CLAIM_MINUTES);
+    if action == ClaimAction::Renew
+        && finding.is_task()
+        && ledger_takes(att).await
+        && let Some(outcome) = renew_by_take(att, finding, me, session, minutes).await?
+    {
+        return Ok(outcome);
+    }
     let rows = verdicts_of(att, finding).await?;
     if standing(&rows).is_closed() {
         return Ok(ClaimOutcome::Closed);
@@ -391,6 +398,46 @@ pub async fn claim_finding(
     Ok(ClaimOutcome::Unsettled)
 }
 
+/// Renews a task's claim with one take of that task alone (anchor: renew_by_take): the ledger
+/// weighs the task's rows and writes the renewal in the same write, where the read-back path
+/// reads the verdict window twice. Held by `me`, or free because `me`'s claim lapsed and
+/// nobody took the task since, the take's claim stands and the task is `me`'s: renewed. `None`
+/// when another writer was deciding the task's holder at that moment: the caller renews by
+/// read-back instead.
+async fn renew_by_take(
+    att: &crate::attachment::Attachment,
+    finding: &Finding,
+    me: &str,
+    session: &str,
+    minutes: i64,
+) -> Result<Option<ClaimOutcome>, crate::attachment::ResolveError> {
+    use crate::attachment::ResolveError;
+    let ask = TakeAsk {
+        candidates: &[finding],
+        repository: None,
+        skip: &[],
+    };
+    let take = match take(att, &ask, me, session, minutes).await {
+        Ok(t) => t,
+        Err(e @ ResolveError::KeyReadOnly { .. }) => {
+            return Ok(Some(ClaimOutcome::Refused {
+                reason: e.to_string(),
+            }));
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(taken) = take.taken {
+        return Ok(Some(ClaimOutcome::Renewed { held: taken.held }));
+    }
+    Ok(match take.passed.into_iter().next().map(|(_, why)| why) {
+        Some(Passed::Held(h)) => Some(ClaimOutcome::Refused {
+            reason: format!("{} holds this claim, not {me}", h.holder),
+        }),
+        Some(Passed::Busy) => None,
+        Some(Passed::Closed) | None => Some(ClaimOutcome::Closed),
+    })
+}
+
 /// Writes a concept and returns its id. A write concept-db gave up on (seen under concurrent
 /// writes) is sent once more after a short random pause: repeating a claim only renews it.
 async fn write_once_more_on_give_up(
@@ -435,6 +482,9 @@ pub enum Passed {
     Held(Held),
     /// Closed, no longer a task, or gone: it will not come free.
     Closed,
+    /// Another writer was deciding its holder at that moment (a PostgreSQL store): not free
+    /// for this take, though it may be for the next.
+    Busy,
 }
 
 /// The task a take claimed for us: as the ledger holds it, and the claim that holds it.
@@ -559,6 +609,7 @@ fn read_take(body: &serde_json::Value, asked: &[&str], me: &str) -> Result<Take,
         };
         let why = match p.get("outcome").and_then(Value::as_str) {
             Some("held") => Passed::Held(held(p)?),
+            Some("busy") => Passed::Busy,
             _ => Passed::Closed,
         };
         out.passed.push((id.to_string(), why));
