@@ -139,10 +139,8 @@ fn a_taken_task_is_held_for_every_reader_and_its_holder_can_renew_and_release_it
 /// cell no longer holds cannot be renewed. (Held by another, neither path renews: `cell.rs`.)
 #[test]
 fn renewing_through_the_take_keeps_a_task_nobody_else_holds_and_read_back_refuses_it() {
-    for (extra, path, after_release) in [
-        (&[][..], "take", 0),
-        (&["--no-take"][..], "read_back", 1),
-    ] {
+    for (extra, path, after_release) in [(&[][..], "take", 0), (&["--no-take"][..], "read_back", 1)]
+    {
         let w = world(extra);
         let t = w.tasks(1);
         let out = w.env.task_pull(&w.url, "c1", &["--json"]);

@@ -62,8 +62,9 @@ pub fn rank_index_ddl() -> String {
     )
 }
 
-const CONCEPT_COLS: &str = "c.seq, c.id, c.shape, c.source_type, c.summary, c.content, c.pointer, c.budget, \
-     c.priority, c.times_loaded, c.times_succeeded, c.times_failed, c.created_at, c.updated_at, c.client_claim";
+/// Unqualified, so that an insert can answer them too (SQLite's `RETURNING` takes no alias).
+const CONCEPT_COLS: &str = "seq, id, shape, source_type, summary, content, pointer, budget, \
+     priority, times_loaded, times_succeeded, times_failed, created_at, updated_at, client_claim";
 
 /// The concept object every shape answers with.
 // anchor: concept_json
@@ -198,8 +199,7 @@ impl CreateConcept {
     /// order they commit (SPEC.md §Claim order on each store).
     // anchor: create-concept
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
-        w.sql().lock_holders(org, &self.holder_ids())?;
-        let now = w.tick()?;
+        let now = w.tick_holding(org, &self.holder_ids())?;
         let concept = self.insert(w.sql(), org, now)?;
         Ok(json!({ "concept": concept }))
     }
@@ -222,25 +222,31 @@ impl CreateConcept {
     /// drawn: [`CreateConcept::run`] takes them; the take holds them already.
     pub fn insert(&self, conn: Sql<'_>, org: &str, now: i64) -> Result<Value, ApiError> {
         let id = format!("concept_{}", random_hex(12));
-        conn.execute(
-            "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer, budget, priority,
-                                   created_at, updated_at, client_claim)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
-            args![
-                id,
-                org,
-                self.shape,
-                self.source_type,
-                self.summary,
-                self.content,
-                self.pointer.to_string(),
-                self.budget,
-                self.priority,
-                now,
-                self.claim
-            ],
-        )?;
-        let concept = load_concept(conn, org, &id)?;
+        // The concept as stored comes back with the insert: no second statement reads it.
+        let concept = conn
+            .query_opt(
+                &format!(
+                    "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer, budget,
+                                           priority, created_at, updated_at, client_claim)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)
+                     RETURNING {CONCEPT_COLS}"
+                ),
+                args![
+                    id,
+                    org,
+                    self.shape,
+                    self.source_type,
+                    self.summary,
+                    self.content,
+                    self.pointer.to_string(),
+                    self.budget,
+                    self.priority,
+                    now,
+                    self.claim
+                ],
+                concept_json,
+            )?
+            .ok_or_else(|| ApiError::Internal("an insert answered no row".into()))?;
         super::open_tasks::on_insert(conn, org, &concept)?;
         Ok(concept)
     }

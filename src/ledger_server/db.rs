@@ -338,7 +338,16 @@ impl<'c> Writer<'c> {
     /// one writer reads the host's clock; on PostgreSQL every replica reads the database's, so
     /// replicas on hosts whose clocks disagree still stamp rows from one clock.
     pub fn tick(&mut self) -> Result<i64, ApiError> {
-        let now = self.sql.db_clock_ms()?.unwrap_or_else(now_ms);
+        self.tick_holding("", &[])
+    }
+
+    /// [`Writer::tick`] once this write holds the holder locks of `ids` in `org`, taken in the
+    /// same round trip as the clock is read ([`Sql::lock_holders_then_clock`]).
+    pub fn tick_holding(&mut self, org: &str, ids: &[String]) -> Result<i64, ApiError> {
+        let now = self
+            .sql
+            .lock_holders_then_clock(org, ids)?
+            .unwrap_or_else(now_ms);
         *self.last_ms = now.max(*self.last_ms + 1);
         Ok(*self.last_ms)
     }

@@ -394,26 +394,44 @@ impl<'c> Sql<'c> {
     }
 
     /// Holds, until this transaction ends, the right to decide who holds each of `ids` in
-    /// `org` (anchor: holder-lock): on PostgreSQL a transaction-scoped advisory lock per id,
-    /// taken in one order so two writers never wait on each other in a cycle. SQLite has one
-    /// writer, which already serializes every decision.
-    pub fn lock_holders(self, org: &str, ids: &[String]) -> Result<(), ApiError> {
-        if let Sql::Pg(_) = self {
-            let mut ids: Vec<&String> = ids.iter().collect();
-            ids.sort();
-            ids.dedup();
-            for id in ids {
-                self.query_opt(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(?1, 0))",
-                    args![holder_key(org, id)],
-                    |_| Ok(()),
-                )?;
-            }
-        }
-        Ok(())
+    /// `org`, then reads the database's clock (anchor: holder-lock): on PostgreSQL a
+    /// transaction-scoped advisory lock per id, taken in one order so two writers rarely wait on
+    /// each other in a cycle (one that does is refused and run again), and the clock read once
+    /// they are all held, both in one statement: the CTE is materialized, so the clock is read
+    /// only after its count has taken every lock. SQLite has one writer, which already
+    /// serializes every decision, and no clock to share: `None`.
+    pub fn lock_holders_then_clock(
+        self,
+        org: &str,
+        ids: &[String],
+    ) -> Result<Option<i64>, ApiError> {
+        let Sql::Pg(_) = self else {
+            return Ok(None);
+        };
+        let mut keys: Vec<String> = ids.iter().map(|id| holder_key(org, id)).collect();
+        keys.sort();
+        keys.dedup();
+        let locks = if keys.is_empty() {
+            "SELECT 0 AS n".to_string()
+        } else {
+            let values: Vec<String> = (1..=keys.len()).map(|i| format!("(?{i})")).collect();
+            format!(
+                "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) AS n FROM (VALUES {}) AS u(k)",
+                values.join(", ")
+            )
+        };
+        let args: Vec<Arg> = keys.into_iter().map(Arg::Text).collect();
+        self.query_opt(
+            &format!(
+                "WITH l AS MATERIALIZED ({locks})
+                 SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM l"
+            ),
+            &args,
+            |r| r.get(0),
+        )
     }
 
-    /// [`Sql::lock_holders`] for one id, without waiting: `false` when another writer is
+    /// [`Sql::lock_holders_then_clock`]'s lock for one id, without waiting: `false` when another writer is
     /// deciding that id's holder right now (and so it is not free for this one).
     pub fn try_lock_holder(self, org: &str, id: &str) -> Result<bool, ApiError> {
         match self {
@@ -426,18 +444,6 @@ impl<'c> Sql<'c> {
                 )?
                 .unwrap_or(0)
                 == 1),
-        }
-    }
-
-    /// The database's own clock in milliseconds (PostgreSQL), shared by every replica.
-    pub fn db_clock_ms(self) -> Result<Option<i64>, ApiError> {
-        match self {
-            Sql::Lite(_) => Ok(None),
-            Sql::Pg(_) => self.query_opt(
-                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-                &[],
-                |r| r.get(0),
-            ),
         }
     }
 }
