@@ -68,33 +68,22 @@ impl Cluster {
         let sock = dir.path().join("sock");
         std::fs::create_dir(&sock).map_err(|e| format!("PostgreSQL: {}: {e}", sock.display()))?;
         if as_postgres {
-            let out = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .output()
-                .map_err(|e| format!("PostgreSQL: chown: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "PostgreSQL: chown postgres {}: {}",
-                    dir.path().display(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
+            run(
+                Command::new("chown")
+                    .args(["-R", "postgres:postgres"])
+                    .arg(dir.path()),
+                &format!("PostgreSQL: chown postgres {}", dir.path().display()),
+            )?;
         }
-        let out = owner_cmd(as_postgres, &bin.join("initdb"))
-            .arg("-D")
-            .arg(&data)
-            // --no-sync covers initdb's own writes only; the server runs with fsync on.
-            .args(["-U", "postgres", "-A", "trust", "--locale=C", "-E", "UTF8"])
-            .arg("--no-sync")
-            .output()
-            .map_err(|e| format!("PostgreSQL: initdb: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "PostgreSQL: initdb: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
+        run(
+            owner_cmd(as_postgres, &bin.join("initdb"))
+                .arg("-D")
+                .arg(&data)
+                // --no-sync covers initdb's own writes only; the server runs with fsync on.
+                .args(["-U", "postgres", "-A", "trust", "--locale=C", "-E", "UTF8"])
+                .arg("--no-sync"),
+            "PostgreSQL: initdb",
+        )?;
         // The defaults, spelled out: what is measured is a durable commit, as SQLite's
         // synchronous=FULL is on the other side.
         let conf = format!(
@@ -192,22 +181,16 @@ impl Cluster {
             self.url(db)
         };
         // -X: no ~/.psqlrc; a cleared environment: no PG* variable of the caller's redirects it.
-        let out = Command::new(self.bin.join("psql"))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
-            .arg(&target)
-            .args(["-c", statement])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("psql: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "psql {statement:?}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        run(
+            Command::new(self.bin.join("psql"))
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
+                .arg(&target)
+                .args(["-c", statement])
+                .stdin(Stdio::null()),
+            &format!("psql {statement:?}"),
+        )
     }
 
     /// The server's processes: the postmaster and every process it forked (a backend per
@@ -318,6 +301,18 @@ fn find_bin() -> Result<PathBuf, String> {
         .pop()
         .map(|(_, bin)| bin)
         .ok_or_else(|| format!("PostgreSQL: no {PG_LIB}/*/bin/initdb"))
+}
+
+/// Runs `cmd` to its end: its output, trimmed, or one line naming `what` and what it said.
+fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn is_root() -> bool {
