@@ -10,6 +10,8 @@ pub enum Exit {
     NotAttached = 2,
     NothingOpen = 3,
     TryLater = 4,
+    /// `task pull`: the task taken failed for a cause of its own and was parked; pull again.
+    TaskFailed = 5,
 }
 
 impl From<Exit> for std::process::ExitCode {

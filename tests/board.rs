@@ -30,7 +30,7 @@ fn admin_key(env: &TestEnv) -> String {
 /// The group of `task` on the board, if it is there.
 fn group_of(board: &Value, task: &str) -> Option<String> {
     for repo in board["repositories"].as_array()? {
-        for g in ["open", "claimed", "pending", "closed", "withdrawn"] {
+        for g in metabob_mcp::ledger_server::board::GROUPS {
             if repo[g]
                 .as_array()?
                 .iter()
@@ -76,7 +76,7 @@ fn dom_group(dom: &str, task: &str) -> Option<String> {
     Some(g[..g.find('"')?].to_string())
 }
 
-fn record_withdrawn(env: &TestEnv, url: &str) -> String {
+fn record_refused_ref(env: &TestEnv, url: &str) -> String {
     let v = env.record_task_with(url, "work on a weird branch", "CRITICAL", "ref: -x;rm -rf");
     v["finding_ids"][0].as_str().unwrap().to_string()
 }
@@ -94,30 +94,26 @@ fn task_list_and_the_board_page_show_one_fleet_state() {
     let ledger = env.ledger("main", &[]);
     let key = admin_key(&env);
     let (_, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
-    // A task whose ref the pull refuses: claimed, refused and withdrawn for good.
-    let weird = record_withdrawn(&env, &url);
+    // A task whose ref the pull refuses: claimed, refused and parked.
+    let weird = record_refused_ref(&env, &url);
     let out = env.task_pull(&url, "c0", &[]);
-    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!(out.code, 5, "{out:?}");
     let fix = task_id(&env.record_task(&url, "a should return 2", "HIGH"));
     let later = task_id(&env.record_task(&url, "tidy b", "LOW"));
 
     let (status, b) = board_data(&ledger, &key);
     assert_eq!(status, 200, "{b}");
-    assert_eq!(group_of(&b, &weird).as_deref(), Some("withdrawn"), "{b}");
+    assert_eq!(group_of(&b, &weird).as_deref(), Some("parked"), "{b}");
     assert_eq!(group_of(&b, &fix).as_deref(), Some("open"), "{b}");
     let dom = chromium_dom(&ledger, &key);
     assert_eq!(dom_group(&dom, &fix).as_deref(), Some("open"), "{dom}");
-    assert_eq!(
-        dom_group(&dom, &weird).as_deref(),
-        Some("withdrawn"),
-        "{dom}"
-    );
+    assert_eq!(dom_group(&dom, &weird).as_deref(), Some("parked"), "{dom}");
 
     let out = env.task_pull(&url, "c1", &[]);
     assert_eq!(out.code, 0, "{out:?}");
     let (_, b) = board_data(&ledger, &key);
     assert_eq!(group_of(&b, &fix).as_deref(), Some("claimed"), "{b}");
-    // Two cells have claimed: c0 (which withdrew) and c1, which holds the task now.
+    // Two cells have claimed: c0 (which parked its task) and c1, which holds the task now.
     let cells = b["cells"].as_array().unwrap();
     let holding = cells
         .iter()

@@ -472,7 +472,7 @@ fn ambiguous_commits_and_a_foreign_task_file_are_refused_before_anything_is_sent
 }
 
 #[test]
-fn a_refused_ref_is_withdrawn_and_the_pull_takes_another_task() {
+fn a_refused_ref_parks_its_task_and_the_next_pull_takes_another() {
     let w = world();
     // The bad one is more severe, so it is tried first whatever this cell's own order is.
     let bad = w.record_task_at("CRITICAL", "a.py", "bad ref", "ref: -x;rm -rf");
@@ -480,8 +480,11 @@ fn a_refused_ref_is_withdrawn_and_the_pull_takes_another_task() {
     let out = w.pull_text("c1");
     // The ids as recorded, so the snapshot names them in that order.
     crate::support::seen(&w.env, &[&bad, &good]);
-    insta::assert_snapshot!("task_pull_bad_ref_withdrawn", w.snap(&out));
-    assert!(w.verdict_kinds().contains(&"claim withdrawn".to_string()));
+    insta::assert_snapshot!("task_pull_bad_ref_parked", w.snap(&out));
+    assert!(w.verdict_kinds().contains(&"parked".to_string()));
+    let (out, v) = w.pull("c2", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(v["task"]["task_id"], good.as_str());
 }
 
 #[test]

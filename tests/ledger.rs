@@ -876,6 +876,24 @@ fn killing_one_postgres_replica_under_load_loses_no_acknowledged_write() {
 }
 
 #[test]
+fn sigterm_under_a_write_load_drains_exits_0_and_loses_no_acknowledged_write() {
+    let env = TestEnv::new();
+    let mut l = env.ledger("term", &[]);
+    let (_, k) = l.create_key(&env, "default", "read,write");
+    let load = WriteLoad::start(std::slice::from_ref(&l.url), &k, 16);
+    load.wait_for(40);
+    // Both stores: the PostgreSQL one used to abort (134) closing its client inside the runtime.
+    assert_eq!(
+        l.terminate(),
+        Some(0),
+        "a ledger stopped by SIGTERM exits 0"
+    );
+    let acked = load.stop();
+    l.restart();
+    all_readable(&l, &k, &acked);
+}
+
+#[test]
 fn acknowledged_writes_survive_kill_9() {
     let env = TestEnv::new();
     let mut l = env.ledger("kill9", &[]);

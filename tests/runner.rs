@@ -21,6 +21,7 @@ mod ledger;
 mod loopback;
 mod mcp;
 mod net;
+mod parking;
 mod quickstart;
 mod refs;
 mod spec;

@@ -269,7 +269,7 @@ impl Cell<'_> {
                         tokio::time::sleep(TRY_LATER_PAUSE + Duration::from_millis(jitter)).await;
                         continue;
                     }
-                    PullStatus::NothingOpen | PullStatus::Pulled => return,
+                    PullStatus::NothingOpen | PullStatus::Pulled | PullStatus::TaskFailed => return,
                 },
                 Err(e) => {
                     lock(shared).error("claim", e);

@@ -17,6 +17,7 @@ use crate::guard::redact_url_credentials;
 use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
 use crate::ledger::finding::Finding;
 use crate::ledger::header::{Header, find_line};
+use crate::ledger::parking::{self, Parked};
 use crate::ledger::recall::{self, LedgerView, Recalled};
 use crate::ledger::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
 use crate::ledger::row::{BadRow, RowMeta, read_rows};
@@ -25,6 +26,9 @@ use crate::util::{now_ms, rfc3339_ms, write_atomic};
 
 /// How soon to look again when a claim did not settle either way.
 const UNSETTLED_RETRY_MS: i64 = 5_000;
+/// How soon to look again when the origin could not be reached: its outage is the fleet's,
+/// and the task goes back to the board untouched.
+const ORIGIN_RETRY_MS: i64 = 15_000;
 
 #[derive(Clone, Debug)]
 pub struct PullOptions {
@@ -37,11 +41,23 @@ pub struct PullOptions {
     pub progress: bool,
 }
 
+/// A task that failed to set up for a cause of its own, and was parked for it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskFailure {
+    pub task_id: String,
+    pub reason: String,
+    /// Whether the park was written; when it was not, the claim was withdrawn and the task is
+    /// parked by the next cell that fails it.
+    pub parked: bool,
+}
+
 /// What happened to one candidate: a claim's outcome, or withdrawn after the claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CandidateOutcome {
     Claim(ClaimWord),
-    /// Claimed, then given back because the task cannot be set up (a refused ref).
+    /// Claimed, then parked because the task cannot be set up (its ref is refused or missing).
+    Parked,
+    /// Claimed, then given back untouched because the origin could not be reached.
     Withdrawn,
 }
 
@@ -49,15 +65,18 @@ impl CandidateOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
             CandidateOutcome::Claim(w) => w.as_str(),
+            CandidateOutcome::Parked => "parked",
             CandidateOutcome::Withdrawn => "withdrawn",
         }
     }
 
-    /// Whether the task may come free later: someone else holds it, or our claim never settled.
+    /// Whether the task may come free later: someone else holds it, our claim never settled,
+    /// or the origin was away.
     fn may_come_free(self) -> bool {
         matches!(
             self,
             CandidateOutcome::Claim(ClaimWord::Held | ClaimWord::Lost | ClaimWord::Unsettled)
+                | CandidateOutcome::Withdrawn
         )
     }
 }
@@ -85,6 +104,8 @@ pub enum PullStatus {
     Pulled,
     NothingOpen,
     TryLater,
+    /// The task taken failed for a cause of its own and was parked: pull again (exit 5).
+    TaskFailed,
 }
 
 /// The reply: `--json` prints it as is.
@@ -95,6 +116,9 @@ pub struct PullReport {
     /// When a cell that found every task held should look again: the earliest claim end.
     pub retry_after: Option<String>,
     pub retry_after_seconds: Option<i64>,
+    /// With `task_failed`: the task, and why it was parked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<TaskFailure>,
     pub candidates: Vec<Candidate>,
     /// The ledger's window was full: older tasks may exist past it and were not considered.
     pub recall_truncated: bool,
@@ -219,16 +243,32 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         repository: &repository,
         view: &view,
     };
-    while let Some((r, held)) = claimer.next().await? {
-        match pull.set_up(&r, &held, &conventions).await? {
+    if let Some((r, held)) = claimer.next().await? {
+        // One task a pull: a task that fails ends the pull with its own status, so the
+        // entrypoint sees every failure and can tell a poison queue from a broken cell.
+        let failed = match pull.set_up(&r, &held, &conventions).await? {
             SetUp::Done(task) => {
                 let mut report = claimer.report(&tasks, view.findings_truncated);
                 report.status = PullStatus::Pulled;
                 report.task = Some(*task);
                 return Ok(report);
             }
-            SetUp::Withdrawn(why) => claimer.withdrawn(why),
+            SetUp::Parked(failure) => {
+                claimer.set_outcome(CandidateOutcome::Parked, failure.reason.clone());
+                Some(failure)
+            }
+            SetUp::OriginAway(why) => {
+                claimer.set_outcome(CandidateOutcome::Withdrawn, why);
+                claimer.retry_in(ORIGIN_RETRY_MS);
+                None
+            }
+        };
+        let mut report = claimer.report(&tasks, view.findings_truncated);
+        if failed.is_some() {
+            report.status = PullStatus::TaskFailed;
+            report.failed = failed;
         }
+        return Ok(report);
     }
     Ok(claimer.report(&tasks, view.findings_truncated))
 }
@@ -434,23 +474,30 @@ impl<'a> Claimer<'a> {
         });
     }
 
-    /// The task handed out last could not be set up, and its claim was withdrawn.
-    pub fn withdrawn(&mut self, why: String) {
+    /// The task handed out last could not be set up: what became of it, and why.
+    fn set_outcome(&mut self, outcome: CandidateOutcome, why: String) {
         if let Some(last) = self.candidates.last_mut() {
-            last.outcome = CandidateOutcome::Withdrawn;
+            last.outcome = outcome;
             last.detail = Some(why);
         }
     }
 
-    /// The report so far. Nothing pulled: tasks others hold, or whose claim did not settle,
-    /// can still come free (try later); a withdrawn task (its ref is refused) or one closed
-    /// meanwhile cannot.
+    /// Look again no later than `ms` from now.
+    fn retry_in(&mut self, ms: i64) {
+        let at = now_ms() + ms;
+        self.retry_at = Some(self.retry_at.map_or(at, |t| t.min(at)));
+    }
+
+    /// The report so far. Nothing pulled: tasks others hold, whose claim did not settle, or
+    /// given back while the origin was away can still come free (try later); a parked task or
+    /// one closed meanwhile cannot.
     pub fn report(self, tasks: &Classified<'_>, recall_truncated: bool) -> PullReport {
         let mut report = PullReport {
             status: PullStatus::NothingOpen,
             task: None,
             retry_after: None,
             retry_after_seconds: None,
+            failed: None,
             candidates: self.candidates,
             recall_truncated,
             claim_path: self.path,
@@ -479,13 +526,27 @@ struct Pull<'a> {
 /// What setting up a held task came to.
 enum SetUp {
     Done(Box<TaskFile>),
-    /// Its ref is refused: the claim was withdrawn, and the pull goes on to the next task.
-    Withdrawn(String),
+    /// Its ref is refused, or the origin has no such ref: the task is parked.
+    Parked(TaskFailure),
+    /// The origin could not be reached: the claim was withdrawn, nothing is held against the
+    /// task, and the pull says try later.
+    OriginAway(String),
+}
+
+/// Why a claimed task could not be set up; each cause has one owner of what follows
+/// (anchor: SetupFailure).
+enum SetupFailure {
+    /// What the task itself names cannot be had: it is parked.
+    Task(String),
+    /// The origin or the network failed: the fleet's outage, waited out.
+    Origin(String),
+    /// This cell failed (its disk, its directories): the pull fails, exit 1.
+    Cell(String),
 }
 
 impl Pull<'_> {
-    /// Sets up a task this cell holds. A task that cannot be set up has its claim withdrawn:
-    /// a refused ref lets the pull go on; anything else fails it, clearing what it wrote.
+    /// Sets up a task this cell holds. A task that cannot be set up has its claim withdrawn
+    /// and what the pull wrote cleared; a cause of the task's own parks it.
     async fn set_up(
         &self,
         r: &Recalled,
@@ -506,8 +567,7 @@ impl Pull<'_> {
             && let Err(refused) = validate_ref(reference)
         {
             let why = format!("ref {reference:?} refused: {refused}");
-            withdraw(self.att, f, self.me, self.session, &why).await;
-            return Ok(SetUp::Withdrawn(why));
+            return Ok(self.park(f, why).await);
         }
         let setup = Setup {
             net: self.att.net(),
@@ -519,14 +579,24 @@ impl Pull<'_> {
             session: self.session,
             reference,
         };
-        match setup.run(self.opts, r, self.view).await {
-            Ok(task) => Ok(SetUp::Done(Box::new(task))),
-            Err(why) => {
+        let failure = match setup.run(self.opts, r, self.view).await {
+            Ok(task) => return Ok(SetUp::Done(Box::new(task))),
+            Err(failure) => failure,
+        };
+        clear(&self.opts.work_dir);
+        clear(&self.opts.task_dir);
+        match failure {
+            SetupFailure::Task(why) => Ok(self.park(f, redact_url_credentials(&why)).await),
+            SetupFailure::Origin(why) => {
                 // The clone's own error may quote the origin whole, password and all.
                 let why = redact_url_credentials(&why);
+                tracing::warn!("{why}; the claim on {} goes back, try later", f.id());
                 withdraw(self.att, f, self.me, self.session, &why).await;
-                clear(&self.opts.work_dir);
-                clear(&self.opts.task_dir);
+                Ok(SetUp::OriginAway(why))
+            }
+            SetupFailure::Cell(why) => {
+                let why = redact_url_credentials(&why);
+                withdraw(self.att, f, self.me, self.session, &why).await;
                 Err(CellError::Failed(format!(
                     "{why}; the claim on {} was withdrawn",
                     f.id()
@@ -534,14 +604,37 @@ impl Pull<'_> {
             }
         }
     }
+
+    /// Parks a task whose own cause failed it, at once: the cause is certain, so no other cell
+    /// needs to try. The park ends this cell's claim too (a parked task is held by nobody); a
+    /// park that cannot be written falls back to a withdrawal.
+    async fn park(&self, f: &Finding, reason: String) -> SetUp {
+        let parked = Parked {
+            reason: reason.clone(),
+            tried_by: vec![self.me.to_string()],
+        };
+        let written = match parking::park(self.att, f, self.me, self.session, &parked).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("parking {} failed ({e}); withdrawing the claim", f.id());
+                false
+            }
+        };
+        withdraw(self.att, f, self.me, self.session, &reason).await;
+        SetUp::Parked(TaskFailure {
+            task_id: f.id().to_string(),
+            reason,
+            parked: written,
+        })
+    }
 }
 
 fn held_line(h: &Held) -> String {
     format!("{} until {}", h.holder, rfc3339_ms(h.until_ms))
 }
 
+/// Ends this cell's claim on `f`, recording `why`; the callers say what became of the task.
 async fn withdraw(att: &Attachment, f: &Finding, me: &str, session: &str, why: &str) {
-    tracing::warn!("withdrawing the claim on {}: {why}", f.id());
     if let Err(e) =
         claims::claim_finding(att, f, me, session, 0, ClaimAction::Release, Some(why)).await
     {
@@ -634,7 +727,7 @@ impl Setup<'_> {
         opts: &PullOptions,
         r: &Recalled,
         view: &LedgerView,
-    ) -> Result<TaskFile, String> {
+    ) -> Result<TaskFile, SetupFailure> {
         let (origin, work, progress) = (opts.origin.clone(), opts.work_dir.clone(), opts.progress);
         let net = self.net.clone();
         let branch = self.reference.clone();
@@ -643,8 +736,15 @@ impl Setup<'_> {
                 .map(|(_, sha)| sha)
         })
         .await
-        .map_err(|e| format!("the clone stopped: {e}"))?
-        .map_err(|e| format!("cloning {} failed: {e}", opts.origin))?;
+        .map_err(|e| SetupFailure::Cell(format!("the clone stopped: {e}")))?
+        .map_err(|e| match e {
+            // Only what the task names can fail it: its ref. Anything else the clone meets is
+            // the origin's or the network's, and passes.
+            crate::git::GitError::RefNotFound(name) => SetupFailure::Task(format!(
+                "the origin has no branch or tag {name:?} (the task's ref)"
+            )),
+            e => SetupFailure::Origin(format!("cloning {} failed: {e}", opts.origin)),
+        })?;
 
         let f = &r.finding;
         let policy = self.policy;
@@ -681,11 +781,12 @@ impl Setup<'_> {
             trust: self.trust,
             vessel_id: self.me.to_string(),
         };
-        task.write(&opts.task_dir.join("task.json"))?;
+        task.write(&opts.task_dir.join("task.json"))
+            .map_err(SetupFailure::Cell)?;
         let context = context_md(r, view, policy, &task);
         let path = opts.task_dir.join("context.md");
         write_atomic(&path, context.as_bytes(), None)
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            .map_err(|e| SetupFailure::Cell(format!("writing {}: {e}", path.display())))?;
         Ok(task)
     }
 }
@@ -796,6 +897,8 @@ mod tests {
             fix_target: None,
             claim_minutes: Some(60),
             claim_until: None,
+            reason: None,
+            tried_by: Vec::new(),
         }
     }
 
@@ -868,10 +971,11 @@ mod tests {
             assert_eq!(o.may_come_free(), matches!(w, Held | Lost | Unsettled));
             assert_eq!(serde_json::to_value(o).expect("json"), w.as_str());
         }
-        assert!(!CandidateOutcome::Withdrawn.may_come_free());
+        assert!(CandidateOutcome::Withdrawn.may_come_free());
+        assert!(!CandidateOutcome::Parked.may_come_free());
         assert_eq!(
-            serde_json::to_value(CandidateOutcome::Withdrawn).expect("json"),
-            "withdrawn"
+            serde_json::to_value(CandidateOutcome::Parked).expect("json"),
+            "parked"
         );
     }
 }

@@ -3,11 +3,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::cell::task_claim::renew_or_release;
+use crate::cell::task_claim::{GiveBack, renew_or_release, reopen_task};
 use crate::cell::task_pull::{self, PullOptions, PullStatus};
 use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
-use crate::ledger::claims::{ClaimAction, ClaimOutcome};
+use crate::ledger::claims::ClaimOutcome;
+use crate::ledger::parking::{Parked, Reopen};
 
 /// A cell's task: take one from the ledger, keep its claim alive, or give it back.
 #[derive(Debug, Args)]
@@ -20,15 +21,30 @@ pub struct TaskArgs {
 pub enum TaskCommand {
     /// Claim an open task of the origin's repository, clone the origin at its ref into the work
     /// directory and write task.json and context.md. Exit 0 pulled, 3 nothing open, 4 try later
-    /// (retry_after), 2 not attached, 1 any other failure.
+    /// (retry_after; also when the origin cannot be reached), 5 the task failed for a cause of
+    /// its own (its ref is refused or missing) and was parked: pull again; 2 not attached, 1 a
+    /// failure of this cell.
     Pull(PullArgs),
     /// Renew the claim recorded in task.json (the entrypoint's heartbeat).
-    Renew(ClaimArgs),
+    Renew(RenewArgs),
     /// Release the claim recorded in task.json, so another cell takes the task at once.
-    Release(ClaimArgs),
-    /// The board: per repository, the open, claimed, pending, closed and withdrawn tasks, as
-    /// the ledger's `taskBoard` derives them. Exit 0, 2 not attached, 1 any other failure.
+    Release(ReleaseArgs),
+    /// Put a parked task back on the board, so cells are offered it again (needs a write key).
+    Reopen(ReopenArgs),
+    /// The board: per repository, the open, claimed, pending, closed, withdrawn and parked
+    /// tasks, as the ledger's `taskBoard` derives them. Exit 0, 2 not attached, 1 any other
+    /// failure.
     List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReopenArgs {
+    /// The task's id (`agf_…`) or its concept id.
+    #[arg(value_name = "TASK_ID")]
+    pub task: String,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -69,22 +85,56 @@ pub struct ClaimArgs {
     /// The task directory `task pull` wrote.
     #[arg(long, default_value = "/task")]
     pub task_dir: PathBuf,
-    /// New claim length in minutes (default: what task.json recorded).
-    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=240))]
-    pub minutes: Option<i64>,
-    /// Why the task is given back, recorded on the withdrawal (release only).
-    #[arg(long)]
-    pub reason: Option<String>,
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    #[command(flatten)]
+    pub claim: ClaimArgs,
+    /// New claim length in minutes (default: what task.json recorded).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=240))]
+    pub minutes: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub claim: ClaimArgs,
+    /// Why the task is given back, recorded on the withdrawal.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// The task failed in this cell (its harness gave up): the release counts toward parking
+    /// it, and once cells numbering --park-after have failed it, it is parked.
+    #[arg(long)]
+    pub failed: bool,
+    /// How many distinct cells' failures park a task (the fleet's setting).
+    #[arg(long, env = "METABOB_PARK_AFTER", default_value_t = 2,
+          value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub park_after: u16,
+}
+
 pub async fn run(args: TaskArgs, env: Env) -> CliResult {
     match args.command {
         TaskCommand::Pull(a) => pull(a, env).await,
-        TaskCommand::Renew(a) => claim(a, ClaimAction::Renew, env).await,
-        TaskCommand::Release(a) => claim(a, ClaimAction::Release, env).await,
+        TaskCommand::Renew(a) => {
+            let given = GiveBack::Renew { minutes: a.minutes };
+            claim(a.claim, given, env).await
+        }
+        TaskCommand::Release(a) => {
+            let given = if a.failed {
+                GiveBack::Fail {
+                    reason: a.reason,
+                    park_after: usize::from(a.park_after),
+                }
+            } else {
+                GiveBack::Release { reason: a.reason }
+            };
+            claim(a.claim, given, env).await
+        }
+        TaskCommand::Reopen(a) => reopen(a, env).await,
         TaskCommand::List(a) => list(a, env).await,
     }
 }
@@ -151,7 +201,7 @@ pub fn board_text(board: &serde_json::Value) -> String {
                         s(t, "fix_commit"),
                         s(t, "closed_by")
                     ),
-                    "withdrawn" => format!("reason: {}", s(t, "reason")),
+                    "withdrawn" | "parked" => format!("reason: {}", s(t, "reason")),
                     _ => s(t, "severity"),
                 };
                 out.push_str(&format!(
@@ -233,23 +283,72 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
                 "try later: retry after {}",
                 report.retry_after.as_deref().unwrap_or("a moment")
             ),
+            PullStatus::TaskFailed => println!(
+                "task failed: {}; pull the next task",
+                report.failed.as_ref().map_or("", |f| if f.parked {
+                    "it is parked"
+                } else {
+                    "its park was not written, its claim was withdrawn"
+                })
+            ),
         }
     }
     Ok(match report.status {
         PullStatus::Pulled => Exit::Ok,
         PullStatus::NothingOpen => Exit::NothingOpen,
         PullStatus::TryLater => Exit::TryLater,
+        PullStatus::TaskFailed => Exit::TaskFailed,
     })
 }
 
-async fn claim(a: ClaimArgs, action: ClaimAction, env: Env) -> CliResult {
-    let outcome = renew_or_release(&a.task_dir, action, a.minutes, a.reason.as_deref(), env)
+async fn reopen(a: ReopenArgs, env: Env) -> CliResult {
+    let outcome = reopen_task(&a.task, env)
+        .await
+        .map_err(|e| super::cell_error("task reopen", e))?;
+    if a.json {
+        super::print_json(&serde_json::json!({ "task": a.task, "outcome": outcome }))?;
+    }
+    match outcome {
+        Reopen::Reopened => {
+            if !a.json {
+                println!("reopened {}", a.task);
+            }
+            Ok(Exit::Ok)
+        }
+        Reopen::NotParked => Err(CliError::failure(format!(
+            "task reopen: {} is not parked; only a parked task can be reopened",
+            a.task
+        ))),
+        Reopen::Closed => Err(CliError::failure(format!(
+            "task reopen: {} is closed or its fix is pending; record a new task instead",
+            a.task
+        ))),
+    }
+}
+
+/// `task renew|release --json`: the claim's outcome, and the park a failure led to.
+#[derive(serde::Serialize)]
+struct ClaimReply<'a> {
+    #[serde(flatten)]
+    outcome: &'a ClaimOutcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parked: Option<&'a Parked>,
+}
+
+async fn claim(a: ClaimArgs, given: GiveBack, env: Env) -> CliResult {
+    let (outcome, parked) = renew_or_release(&a.task_dir, given, env)
         .await
         .map_err(|e| super::cell_error("task", e))?;
     if a.json {
-        super::print_json(&outcome)?;
+        super::print_json(&ClaimReply {
+            outcome: &outcome,
+            parked: parked.as_ref(),
+        })?;
     } else {
         println!("{}", outcome.word());
+        if let Some(p) = &parked {
+            println!("parked: {}", p.reason);
+        }
     }
     match outcome {
         ClaimOutcome::Renewed { .. } | ClaimOutcome::Released => Ok(Exit::Ok),

@@ -51,7 +51,7 @@ pub fn holder<'a>(rows: impl IntoIterator<Item = &'a Verdict>, now_ms: i64) -> O
         let at = row.created_ms;
         let existing = current.iter().position(|h| h.holder == who);
         match row.kind {
-            VerdictKind::Withdrawn => {
+            VerdictKind::Withdrawn | VerdictKind::Failed => {
                 if let Some(i) = existing {
                     current.remove(i);
                 }
@@ -113,6 +113,8 @@ mod tests {
             fix_target: None,
             claim_minutes: Some(minutes),
             claim_until: None,
+            reason: None,
+            tried_by: Vec::new(),
         }
     }
 
@@ -264,6 +266,14 @@ pub enum ClaimAction {
     Claim,
     Renew,
     Release,
+    /// A release that says the task failed in this cell; it counts toward parking the task.
+    Fail,
+}
+
+impl ClaimAction {
+    fn gives_back(self) -> bool {
+        matches!(self, ClaimAction::Release | ClaimAction::Fail)
+    }
 }
 
 /// The claim row `me` writes on `finding` at `now` for `minutes` (anchor: claim_row): one
@@ -307,7 +317,7 @@ pub async fn claim_finding(
     reason: Option<&str>,
 ) -> Result<ClaimOutcome, crate::attachment::ResolveError> {
     use super::recall::verdicts_of;
-    use super::verdict::standing;
+    use super::verdict::{Standing, standing};
     use crate::attachment::ResolveError;
 
     let minutes = minutes.clamp(1, MAX_CLAIM_MINUTES);
@@ -319,15 +329,18 @@ pub async fn claim_finding(
         return Ok(outcome);
     }
     let rows = verdicts_of(att, finding).await?;
-    if standing(&rows).is_closed() {
-        return Ok(ClaimOutcome::Closed);
+    match standing(&rows) {
+        Standing::Closed { .. } => return Ok(ClaimOutcome::Closed),
+        // A parked task comes free only when reopened; its claim may still be given back.
+        Standing::Parked { .. } if !action.gives_back() => return Ok(ClaimOutcome::Closed),
+        _ => {}
     }
     let now = crate::util::now_ms();
     let current = holder(&rows, now);
     let mine = current.as_ref().is_some_and(|h| h.holder == me);
     match (action, &current) {
         (ClaimAction::Claim, Some(h)) if !mine => return Ok(ClaimOutcome::Held { by: h.clone() }),
-        (ClaimAction::Renew | ClaimAction::Release, _) if !mine => {
+        (ClaimAction::Renew | ClaimAction::Release | ClaimAction::Fail, _) if !mine => {
             return Ok(ClaimOutcome::Refused {
                 reason: match current {
                     Some(h) => format!("{} holds this claim, not {me}", h.holder),
@@ -339,9 +352,13 @@ pub async fn claim_finding(
     }
 
     let verdict = match action {
-        ClaimAction::Release => NewVerdict {
+        ClaimAction::Release | ClaimAction::Fail => NewVerdict {
             finding,
-            kind: VerdictKind::Withdrawn,
+            kind: if action == ClaimAction::Fail {
+                VerdictKind::Failed
+            } else {
+                VerdictKind::Withdrawn
+            },
             reviewed_by: Some(me.to_string()),
             session: session.to_string(),
             origin: VerdictOrigin::Remote,
@@ -358,7 +375,7 @@ pub async fn claim_finding(
         }
         Err(e) => return Err(e),
     };
-    if action == ClaimAction::Release {
+    if action.gives_back() {
         link(att, &written, &finding.concept_id).await;
         return Ok(ClaimOutcome::Released);
     }

@@ -4,6 +4,7 @@
 pub mod claims;
 pub mod finding;
 pub mod header;
+pub mod parking;
 pub mod recall;
 pub mod record;
 pub mod repo_identity;

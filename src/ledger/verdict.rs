@@ -38,6 +38,13 @@ pub enum VerdictKind {
     Pending(Pending),
     Claimed,
     Withdrawn,
+    /// A claim given back because the task failed in this cell (its harness gave up): it ends
+    /// the claim like a withdrawal, and counts toward parking the task (SPEC.md §Parked tasks).
+    Failed,
+    /// The task is withdrawn for good: no cell is offered it until it is reopened.
+    Parked,
+    /// A parked task put back on the board; failures before it no longer count.
+    Reopened,
 }
 
 impl VerdictKind {
@@ -49,6 +56,9 @@ impl VerdictKind {
             VerdictKind::Pending(p) => format!("fix pending ({})", p.phrase()),
             VerdictKind::Claimed => "claimed".into(),
             VerdictKind::Withdrawn => "claim withdrawn".into(),
+            VerdictKind::Failed => "task failed".into(),
+            VerdictKind::Parked => "parked".into(),
+            VerdictKind::Reopened => "reopened".into(),
         }
     }
 
@@ -61,6 +71,9 @@ impl VerdictKind {
             VerdictKind::Pending(_) => "[verdict:pending]",
             VerdictKind::Claimed => "[verdict:claimed]",
             VerdictKind::Withdrawn => "[verdict:withdrawn]",
+            VerdictKind::Failed => "[verdict:failed]",
+            VerdictKind::Parked => "[verdict:parked]",
+            VerdictKind::Reopened => "[verdict:reopened]",
         }
     }
 
@@ -71,6 +84,9 @@ impl VerdictKind {
             "discarded" | "retracted" => VerdictKind::Discarded,
             "claimed" => VerdictKind::Claimed,
             "claim withdrawn" | "withdrawn" => VerdictKind::Withdrawn,
+            "task failed" => VerdictKind::Failed,
+            "parked" => VerdictKind::Parked,
+            "reopened" => VerdictKind::Reopened,
             "fix pending (uncommitted)" => VerdictKind::Pending(Pending::Uncommitted),
             "fix pending (unpushed)" => VerdictKind::Pending(Pending::Unpushed),
             "fix pending (awaiting merge)" => VerdictKind::Pending(Pending::AwaitingMerge),
@@ -79,7 +95,15 @@ impl VerdictKind {
     }
 
     pub fn is_claim_row(self) -> bool {
-        matches!(self, VerdictKind::Claimed | VerdictKind::Withdrawn)
+        matches!(
+            self,
+            VerdictKind::Claimed | VerdictKind::Withdrawn | VerdictKind::Failed
+        )
+    }
+
+    /// Whether the row ends its writer's claim.
+    pub fn ends_claim(self) -> bool {
+        matches!(self, VerdictKind::Withdrawn | VerdictKind::Failed)
     }
 
     /// Whether the verdict ends the finding (a pending fix or a claim does not).
@@ -131,7 +155,14 @@ pub struct Verdict {
     pub fix_target: Option<String>,
     pub claim_minutes: Option<i64>,
     pub claim_until: Option<String>,
+    /// The `reason:` line of a withdrawal, a failure or a park.
+    pub reason: Option<String>,
+    /// A park's `tried_by:` line: the cells whose failures parked the task.
+    pub tried_by: Vec<String>,
 }
+
+/// The most cells a park names.
+pub const MAX_TRIED_BY: usize = 16;
 
 impl Verdict {
     /// Reads a concept row, or names why it is refused; `None` when it is no verdict. A claim
@@ -176,6 +207,9 @@ impl Verdict {
             fix_target: h.get("fix_target").map(str::to_owned),
             claim_minutes,
             claim_until: h.get("claim_until").map(str::to_owned),
+            // check_header bounded every value already.
+            reason: h.get("reason").map(str::to_owned),
+            tried_by: h.list("tried_by").into_iter().take(MAX_TRIED_BY).collect(),
             concept_id: row.concept_id,
             seq: row.seq,
             created_ms: row.created_ms,
@@ -192,8 +226,16 @@ impl Verdict {
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Standing {
     Open,
-    Pending { verdict: Verdict },
-    Closed { verdict: Verdict },
+    /// Withdrawn for good: no cell is offered it until a later row reopens it.
+    Parked {
+        verdict: Verdict,
+    },
+    Pending {
+        verdict: Verdict,
+    },
+    Closed {
+        verdict: Verdict,
+    },
 }
 
 impl Standing {
@@ -203,25 +245,62 @@ impl Standing {
 }
 
 /// Weighs a finding's verdicts (anchor: verdict-precedence): a retraction outranks a fix, a fix
-/// with a commit one without, and any fix a pending one; among equals the newest counts.
-/// Claim rows are not verdicts here.
+/// with a commit one without, and any fix a pending one; among equals the newest counts. With
+/// none of those, the newest of its parks and reopenings decides whether it is parked. Claim
+/// rows are not verdicts here.
 pub fn standing<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>) -> Standing {
     let rank = |v: &Verdict| match v.kind {
         VerdictKind::Discarded => Some(4),
         VerdictKind::Fixed if v.fix_commit.is_some() => Some(3),
         VerdictKind::Fixed => Some(2),
         VerdictKind::Pending(_) => Some(1),
-        VerdictKind::Claimed | VerdictKind::Withdrawn => None,
+        VerdictKind::Claimed
+        | VerdictKind::Withdrawn
+        | VerdictKind::Failed
+        | VerdictKind::Parked
+        | VerdictKind::Reopened => None,
     };
-    let best = verdicts
-        .into_iter()
-        .filter_map(|v| rank(v).map(|r| (r, v.seq, v)))
-        .max_by_key(|(r, seq, _)| (*r, *seq));
-    match best {
-        None => Standing::Open,
-        Some((1, _, v)) => Standing::Pending { verdict: v.clone() },
-        Some((_, _, v)) => Standing::Closed { verdict: v.clone() },
+    let mut best: Option<(i32, i64, &Verdict)> = None;
+    let mut parking: Option<&Verdict> = None;
+    for v in verdicts {
+        if let Some(r) = rank(v)
+            && best.is_none_or(|(br, bs, _)| (r, v.seq) > (br, bs))
+        {
+            best = Some((r, v.seq, v));
+        }
+        if matches!(v.kind, VerdictKind::Parked | VerdictKind::Reopened)
+            && parking.is_none_or(|p| v.seq > p.seq)
+        {
+            parking = Some(v);
+        }
     }
+    match (best, parking) {
+        (Some((1, _, v)), _) => Standing::Pending { verdict: v.clone() },
+        (Some((_, _, v)), _) => Standing::Closed { verdict: v.clone() },
+        (None, Some(p)) if p.kind == VerdictKind::Parked => Standing::Parked { verdict: p.clone() },
+        (None, _) => Standing::Open,
+    }
+}
+
+/// The distinct cells whose failures on a task count toward parking it (anchor: failed_by):
+/// every `task failed` row newer than the task's last reopening, in the order they failed.
+pub fn failed_by<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>) -> Vec<String> {
+    let mut rows: Vec<&Verdict> = verdicts.into_iter().collect();
+    rows.sort_by_key(|v| v.seq);
+    let since = rows
+        .iter()
+        .rposition(|v| v.kind == VerdictKind::Reopened)
+        .map_or(0, |i| i + 1);
+    let mut cells: Vec<String> = Vec::new();
+    for v in &rows[since..] {
+        if v.kind == VerdictKind::Failed
+            && let Some(by) = &v.reviewed_by
+            && !cells.contains(by)
+        {
+            cells.push(by.clone());
+        }
+    }
+    cells
 }
 
 /// A verdict to write; `to_pointer` composes the concept write (anchor: verdict_lines).
@@ -321,7 +400,43 @@ mod tests {
             fix_target: None,
             claim_minutes: None,
             claim_until: None,
+            reason: None,
+            tried_by: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_park_stands_until_reopened_and_a_fix_outranks_it() {
+        let park = v(VerdictKind::Parked, 3, None);
+        let reopen = v(VerdictKind::Reopened, 5, None);
+        let park_again = v(VerdictKind::Parked, 7, None);
+        assert!(matches!(standing([&park]), Standing::Parked { .. }));
+        assert!(matches!(standing([&park, &reopen]), Standing::Open));
+        assert!(matches!(
+            standing([&park_again, &reopen, &park]),
+            Standing::Parked { .. }
+        ));
+        let fixed = v(VerdictKind::Fixed, 1, None);
+        assert!(matches!(standing([&park, &fixed]), Standing::Closed { .. }));
+    }
+
+    #[test]
+    fn failures_count_per_cell_and_only_since_the_last_reopening() {
+        let mut rows = Vec::new();
+        for (seq, kind, by) in [
+            (1, VerdictKind::Failed, "a"),
+            (2, VerdictKind::Reopened, "admin"),
+            (3, VerdictKind::Failed, "b"),
+            (4, VerdictKind::Withdrawn, "c"),
+            (5, VerdictKind::Failed, "b"),
+            (6, VerdictKind::Failed, "d"),
+        ] {
+            let mut r = v(kind, seq, None);
+            r.reviewed_by = Some(by.into());
+            rows.push(r);
+        }
+        assert_eq!(failed_by(&rows), ["b", "d"]);
+        assert_eq!(failed_by(&rows[..1]), ["a"]);
     }
 
     #[test]
@@ -357,6 +472,9 @@ mod tests {
             VerdictKind::Discarded,
             VerdictKind::Claimed,
             VerdictKind::Withdrawn,
+            VerdictKind::Failed,
+            VerdictKind::Parked,
+            VerdictKind::Reopened,
             VerdictKind::Pending(Pending::Uncommitted),
             VerdictKind::Pending(Pending::Unpushed),
             VerdictKind::Pending(Pending::AwaitingMerge),

@@ -162,7 +162,14 @@ struct Board {
     states: BTreeMap<String, &'static str>,
 }
 
-pub const GROUPS: [&str; 5] = ["open", "claimed", "pending", "closed", "withdrawn"];
+pub const GROUPS: [&str; 6] = [
+    "open",
+    "claimed",
+    "pending",
+    "closed",
+    "withdrawn",
+    "parked",
+];
 
 fn who(v: &Verdict) -> Value {
     v.reviewed_by
@@ -209,6 +216,12 @@ impl Board {
                 entry["fix_branch"] = verdict.fix_branch.clone().into();
                 entry["by"] = who(&verdict);
                 "pending"
+            }
+            Standing::Parked { verdict } => {
+                entry["reason"] = walk::parked_reason(&verdict).into();
+                entry["parked_by"] = who(&verdict);
+                entry["parked_at"] = rfc3339_ms(verdict.created_ms).into();
+                "parked"
             }
             Standing::Open => match (&walk.outcome, held, walk.spans.last()) {
                 (Outcome::Failed { error }, _, _) => {

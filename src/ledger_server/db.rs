@@ -810,6 +810,17 @@ impl Db {
         })))
     }
 
+    /// Closes every idle connection (anchor: db-close); called off the async runtime once the
+    /// server has stopped, since dropping a synchronous PostgreSQL client starts a runtime of
+    /// its own. A connection lent out now closes when its lease ends.
+    pub fn close(&self) {
+        let mut closing = std::mem::take(&mut *lock(&self.0.readers.idle));
+        if let Backend::Pg { writers, .. } = &self.0.backend {
+            closing.append(&mut lock(&writers.idle));
+        }
+        drop(closing);
+    }
+
     /// Where the store is, as logs show it.
     pub fn shown(&self) -> String {
         self.0.at.shown()

@@ -18,13 +18,15 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
 /// Serves `router` on `listener` until `shutdown` completes; then stops accepting, lets every
-/// request in flight finish (an idle keep-alive connection closes at once) and returns.
+/// request in flight finish within `drain` (an idle keep-alive connection closes at once) and
+/// returns.
 // anchor: serve_connections
 pub async fn serve_connections(
     listener: TcpListener,
     router: Router,
     idle_timeout: Duration,
     shutdown: impl Future<Output = ()>,
+    drain: Duration,
 ) {
     // Each connection holds a receiver; the sender's `closed()` is "every connection is done".
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -71,9 +73,15 @@ pub async fn serve_connections(
             drop(stop);
         });
     }
+    drop(listener);
     drop(stop_rx);
     let _ = stop_tx.send(true);
-    stop_tx.closed().await;
+    if tokio::time::timeout(drain, stop_tx.closed()).await.is_err() {
+        tracing::warn!(
+            "requests still running after {} ms of draining; stopping without them",
+            drain.as_millis()
+        );
+    }
 }
 
 /// A failed accept: a connection that went away before it was accepted is nothing; anything

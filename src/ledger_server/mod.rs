@@ -58,6 +58,11 @@ pub const MAX_READERS: usize = 64;
 pub const REQUEST_BUDGET_VAR: &str = "METABOB_LEDGER_REQUEST_BUDGET_MS";
 pub const IDLE_TIMEOUT_VAR: &str = "METABOB_LEDGER_IDLE_TIMEOUT_MS";
 pub const READERS_VAR: &str = "METABOB_LEDGER_READERS";
+pub const DRAIN_VAR: &str = "METABOB_LEDGER_DRAIN_MS";
+/// How long a stopping ledger lets the requests in flight finish before it closes its store.
+pub const DEFAULT_DRAIN_MS: u64 = 10_000;
+/// The same for the servers `serve` runs (MCP over HTTP, the loopback resolver).
+pub const DRAIN: Duration = Duration::from_millis(DEFAULT_DRAIN_MS);
 /// An hour: the most any duration limit may be set to.
 const MAX_LIMIT_MS: u64 = 3_600_000;
 
@@ -68,6 +73,7 @@ pub struct Limits {
     pub request_budget_ms: u64,
     pub idle_timeout_ms: u64,
     pub readers: usize,
+    pub drain_ms: u64,
 }
 
 impl Limits {
@@ -89,6 +95,7 @@ impl Limits {
             )?,
             readers: env_number(env, READERS_VAR, DEFAULT_READERS as u64, MAX_READERS as u64)?
                 as usize,
+            drain_ms: env_number(env, DRAIN_VAR, DEFAULT_DRAIN_MS, MAX_LIMIT_MS)?,
         })
     }
 }
@@ -222,13 +229,22 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
     // Boxed, so this deep future (hyper's connection over axum's router) is not laid out inside
     // every caller's: a build that spawned the whole command future overflowed rustc's query
     // depth limit with it inline.
+    let db = ledger.db.clone();
     Box::pin(http::serve_connections(
         listener,
         routes::router(ledger),
         idle_timeout,
         shutdown_signal(),
+        Duration::from_millis(limits.drain_ms),
     ))
     .await;
+    // Every request has been answered (or the drain ran out): the store's connections close off
+    // the async runtime, since the synchronous PostgreSQL client runs a runtime of its own when
+    // it is dropped.
+    tokio::task::spawn_blocking(move || db.close())
+        .await
+        .map_err(|e| LedgerError::Usage(format!("closing the store failed: {e}")))?;
+    tracing::info!("ledger stopped");
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! in step with every concept the ledger writes, so the take can find a repository's open tasks
 //! without reading every finding and verdict the org ever wrote. It is derived with the client's
 //! own readers and standing rule. A task it does not hold is not open (no verdict reopens a
-//! task); one it holds is weighed again by the take before it is claimed. It also keeps, per
+//! closed task; a parked one stays in it); one it holds is weighed again by the take before it
+//! is claimed. It also keeps, per
 //! task, the claim that the holder rule put first among the task's current claims: if that
 //! claim is live now, it holds the task now (no other live claim began earlier).
 
@@ -124,13 +125,18 @@ fn tasks_named(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<Vec<Finding>, Ap
     Ok(out)
 }
 
-/// Takes `task` out of the index unless its rows still stand open, and keeps who holds it.
+/// Takes `task` out of the index once its rows close it or hold its fix pending, and keeps who
+/// holds it. A parked task stays: the take passes it over, and a reopening makes it open again
+/// without a verdict that puts it back.
 fn refresh(conn: Sql<'_>, org: &str, task: &Finding) -> Result<(), ApiError> {
     let rows: Vec<Verdict> = task_rows(conn, org, task)?
         .into_iter()
         .map(|r| r.verdict)
         .collect();
-    if !matches!(standing(&rows), Standing::Open) {
+    if matches!(
+        standing(&rows),
+        Standing::Closed { .. } | Standing::Pending { .. }
+    ) {
         conn.execute(
             "DELETE FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
             args![org, &task.concept_id],

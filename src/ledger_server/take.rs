@@ -18,7 +18,7 @@ use crate::ledger::claims::{
 };
 use crate::ledger::finding::{Finding, plain_concept_id};
 use crate::ledger::repo_identity::vessel_aliases;
-use crate::ledger::verdict::{Verdict, link_pointer, standing};
+use crate::ledger::verdict::{Standing, Verdict, link_pointer, standing};
 
 /// The longest claimer or session name a take accepts, in characters.
 const MAX_NAME_CHARS: usize = 512;
@@ -215,7 +215,11 @@ impl TakeRequest {
             .into_iter()
             .map(|r| r.verdict)
             .collect();
-        if standing(&rows).is_closed() {
+        // A parked task will not come free either, until it is reopened.
+        if matches!(
+            standing(&rows),
+            Standing::Closed { .. } | Standing::Parked { .. }
+        ) {
             return Ok(Look::Closed);
         }
         Ok(match claims::holder(&rows, now) {

@@ -133,6 +133,7 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
         router,
         IDLE_TIMEOUT,
         shutdown,
+        crate::ledger_server::DRAIN,
     ))
     .await;
 }

@@ -200,6 +200,7 @@ pub async fn serve(
         router(resolver),
         IDLE_TIMEOUT,
         shutdown,
+        crate::ledger_server::DRAIN,
     ))
     .await;
 }

@@ -326,6 +326,29 @@ impl Ledger {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.restart();
+    }
+
+    /// SIGTERM, as `docker stop` sends: the exit code once the process ends (bounded; past
+    /// the bound it is killed and the test fails).
+    pub fn terminate(&mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if let Some(status) = self.child.try_wait().expect("wait for the ledger") {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("the ledger did not stop within 30 s of SIGTERM");
+    }
+
+    /// A fresh process on the same store and port, once the last one has ended.
+    pub fn restart(&mut self) {
         let listen = format!("127.0.0.1:{}", self.port());
         let flags = self.store_args();
         let (child, url) = spawn_ledger(&self.vars, &self.cwd, &flags, &listen, &self.args);
@@ -626,11 +649,25 @@ impl TestEnv {
 /// `git://127.0.0.1:<port>/`.
 pub fn git_daemon(env: &TestEnv, base: &Path) -> (String, Reaped) {
     let port = closed_port();
-    let child = Command::new("git")
+    (
+        format!("git://127.0.0.1:{port}/"),
+        git_daemon_on(env, base, port),
+    )
+}
+
+/// `git daemon` on `port`: a test that stops one brings it back at the same URL.
+pub fn git_daemon_on(env: &TestEnv, base: &Path, port: u16) -> Reaped {
+    // `git daemon` runs `git-daemon` as a child of its own, which a kill of `git` would leave
+    // serving: run the daemon itself, so that stopping it stops the server.
+    let exec_path = Command::new("git")
+        .arg("--exec-path")
+        .output()
+        .expect("git --exec-path");
+    let daemon = Path::new(String::from_utf8_lossy(&exec_path.stdout).trim()).join("git-daemon");
+    let child = Command::new(daemon)
         .env_clear()
         .envs(env.vars.iter().map(|(k, v)| (k, v)))
         .args([
-            "daemon",
             "--reuseaddr",
             "--export-all",
             "--enable=receive-pack",
@@ -653,7 +690,7 @@ pub fn git_daemon(env: &TestEnv, base: &Path) -> (String, Reaped) {
         .is_ok()),
         "git daemon did not start"
     );
-    (format!("git://127.0.0.1:{port}/"), guard)
+    guard
 }
 
 // ---- TLS fixtures: a CA the client does not know, and leaves it signed ----

@@ -5,7 +5,6 @@ use serde_json::Value;
 
 use super::walk::TaskRow;
 use crate::ledger::finding::Finding;
-use crate::ledger::header::Header;
 use crate::ledger::row::read_rows;
 use crate::ledger::verdict::{VERDICT_SHAPE, Verdict};
 use crate::ledger_server::concepts::load_concept;
@@ -201,16 +200,10 @@ pub fn task_rows(conn: Sql<'_>, org: &str, task: &Finding) -> Result<Vec<TaskRow
     Ok(read_rows(&concepts, "goal task verdict", read))
 }
 
-/// One verdict or claim row as a task's walk reads it, with a withdrawal's `reason:` line;
-/// `None` when it is no verdict. Which task it concerns is the caller's question.
+/// One verdict or claim row as a task's walk reads it; `None` when it is no verdict. Which
+/// task it concerns is the caller's question.
 pub fn read_task_row(c: &Value) -> Result<Option<TaskRow>, crate::ledger::row::BadRow> {
-    let Some(verdict) = Verdict::read(c)? else {
-        return Ok(None);
-    };
-    // Verdict::read bounded every header value already; the reason is one of them.
-    let content = c.get("content").and_then(Value::as_str).unwrap_or_default();
-    let reason = Header::parse(content).get("reason").map(str::to_owned);
-    Ok(Some(TaskRow { verdict, reason }))
+    Ok(Verdict::read(c)?.map(|verdict| TaskRow { verdict }))
 }
 
 /// One label as stored.

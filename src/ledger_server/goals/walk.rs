@@ -13,11 +13,10 @@ use crate::util::rfc3339_ms;
 /// Longest reason or detail a log line or trace row carries, in characters.
 const DETAIL_CHARS: usize = 300;
 
-/// One of the task's linked rows as the client reads it, with a withdrawal's `reason:` line.
+/// One of the task's linked rows as the client reads it.
 #[derive(Clone, Debug)]
 pub struct TaskRow {
     pub verdict: Verdict,
-    pub reason: Option<String>,
 }
 
 /// What one row did to the task, as a trace names it.
@@ -201,11 +200,22 @@ pub fn derive(mut rows: Vec<TaskRow>, for_good: bool, now_ms: i64) -> Walk {
                     w.claimed(v, who, claims::holder(&verdicts[..=i], v.created_ms));
                 }
             }
-            VerdictKind::Withdrawn => {
+            VerdictKind::Withdrawn | VerdictKind::Failed => {
                 if let Some(who) = &v.reviewed_by {
-                    let reason = row.reason.as_deref().unwrap_or("no reason recorded");
-                    w.withdrawn(v, who, &one_line(reason, DETAIL_CHARS), for_good);
+                    let reason = v.reason.as_deref().unwrap_or("no reason recorded");
+                    let reason = match v.kind {
+                        VerdictKind::Failed => format!("task failed: {reason}"),
+                        _ => reason.to_string(),
+                    };
+                    w.withdrawn(v, who, &one_line(&reason, DETAIL_CHARS), for_good);
                 }
+            }
+            VerdictKind::Parked | VerdictKind::Reopened => {
+                let text = match v.kind {
+                    VerdictKind::Parked => format!("parked: {}", parked_reason(v)),
+                    _ => "reopened".to_string(),
+                };
+                w.note(v.created_ms, format!("{text} (by {})", who_of(v)));
             }
             VerdictKind::Pending(_) | VerdictKind::Fixed | VerdictKind::Discarded => {
                 w.verdict(v, claims::holder(&verdicts[..i], v.created_ms));
@@ -377,6 +387,23 @@ impl Walk {
     }
 }
 
+/// A park's reason and the cells whose failures parked it, on one line.
+pub fn parked_reason(v: &Verdict) -> String {
+    let mut s = one_line(
+        v.reason.as_deref().unwrap_or("no reason recorded"),
+        DETAIL_CHARS,
+    );
+    if !v.tried_by.is_empty() {
+        let cells: Vec<String> = v
+            .tried_by
+            .iter()
+            .map(|c| one_line(c, DETAIL_CHARS))
+            .collect();
+        s.push_str(&format!(" (tried by {})", cells.join(", ")));
+    }
+    s
+}
+
 fn pending_detail(v: &Verdict) -> String {
     let mut s = one_line(&v.kind.line(), DETAIL_CHARS);
     if let Some(branch) = &v.fix_branch {
@@ -401,6 +428,9 @@ fn outcome(verdicts: &[Verdict], spans: &[Span], for_good: bool) -> Outcome {
         },
         Standing::Closed { .. } => Outcome::Completed,
         Standing::Pending { .. } => Outcome::Running,
+        Standing::Parked { verdict } => Outcome::Failed {
+            error: format!("parked: {}", parked_reason(&verdict)),
+        },
         Standing::Open => {
             let withdrawn = spans.iter().rev().find_map(|s| match &s.ending {
                 Ending::Withdrawn { reason, .. } => Some(reason.clone()),
@@ -436,8 +466,9 @@ mod tests {
                 fix_target: None,
                 claim_minutes: kind.is_claim_row().then_some(10),
                 claim_until: None,
+                reason: (kind == VerdictKind::Withdrawn).then(|| "gave up".into()),
+                tried_by: Vec::new(),
             },
-            reason: (kind == VerdictKind::Withdrawn).then(|| "gave up".into()),
         }
     }
 

@@ -1,0 +1,287 @@
+//! Parked tasks (SPEC.md §Parked tasks): a task that fails for a cause of its own is parked and
+//! never ends a cell; an origin that is away parks nothing.
+
+use serde_json::Value;
+
+use crate::support::{Output, TestEnv, closed_port, git_daemon_on};
+
+/// A ledger (with `ledger_args`) and an origin served by `git daemon` on a port of its own.
+struct World {
+    env: TestEnv,
+    _ledger: crate::support::Ledger,
+    origins: std::path::PathBuf,
+    port: u16,
+    daemon: Option<crate::support::Reaped>,
+    url: String,
+}
+
+fn world(ledger_args: &[&str]) -> World {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", ledger_args);
+    let (bare, _) = env.origin("app", &[("a.py", "x = 1\n"), ("b.py", "y = 2\n")]);
+    let origins = bare.parent().unwrap().to_path_buf();
+    let port = closed_port();
+    let daemon = git_daemon_on(&env, &origins, port);
+    World {
+        url: format!("git://127.0.0.1:{port}/app.git"),
+        env,
+        _ledger: ledger,
+        origins,
+        port,
+        daemon: Some(daemon),
+    }
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+impl World {
+    fn record(&self, severity: &str, file: &str, details: &str) -> String {
+        let out = self.env.run(&[
+            "finding",
+            "record",
+            "--origin",
+            &self.url,
+            "--category",
+            "task",
+            "--severity",
+            severity,
+            "--file",
+            file,
+            "--summary",
+            &format!("fix {file}"),
+            "--details",
+            details,
+            "--json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        json(&out)["finding_ids"][0].as_str().unwrap().to_string()
+    }
+
+    /// `task pull --json` into `cell`'s own directories (emptied first, as the entrypoint does).
+    fn pull(&self, cell: &str) -> (i32, Value) {
+        for d in ["task", "work"] {
+            let _ = std::fs::remove_dir_all(self.env.path(&format!("{cell}/{d}")));
+        }
+        let out = self.env.task_pull(&self.url, cell, &["--json"]);
+        let v = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+        (out.code, v)
+    }
+
+    fn task_dir(&self, cell: &str) -> String {
+        self.env.path(&format!("{cell}/task")).display().to_string()
+    }
+
+    /// The repository's board entries in `group`, by task id.
+    fn board(&self, group: &str) -> Vec<Value> {
+        let out = self.env.run(&["task", "list", "--json"]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let board = json(&out);
+        board["repositories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r[group].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
+
+    fn in_group(&self, group: &str, id: &str) -> Option<Value> {
+        self.board(group).into_iter().find(|t| t["task_id"] == id)
+    }
+}
+
+fn a_missing_ref_parks_its_task_at_once(ledger_args: &[&str]) {
+    let w = world(ledger_args);
+    // The most severe, so every cell tries it first.
+    let poison = w.record("CRITICAL", "a.py", "ref: no-such-branch");
+    let good = w.record("HIGH", "b.py", "");
+
+    let (code, v) = w.pull("c1");
+    assert_eq!(code, 5, "a task whose ref the origin lacks exits 5: {v}");
+    assert_eq!(v["status"], "task_failed", "{v}");
+    assert_eq!(v["failed"]["task_id"], poison.as_str(), "{v}");
+    assert_eq!(v["failed"]["parked"], true, "{v}");
+    let reason = v["failed"]["reason"].as_str().unwrap();
+    assert!(reason.contains("no-such-branch"), "{reason}");
+    assert!(
+        std::fs::read_dir(w.env.path("c1/work"))
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(true),
+        "nothing is left in the work directory"
+    );
+
+    // Never offered again: the next cells take the good task, then find nothing open.
+    let (code, v) = w.pull("c2");
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["task"]["task_id"], good.as_str());
+    let (code, v) = w.pull("c3");
+    assert_eq!(code, 4, "only the good task is open, and c2 holds it: {v}");
+    assert!(
+        v["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["task_id"] != poison.as_str()),
+        "{v}"
+    );
+
+    let parked = w
+        .in_group("parked", &poison)
+        .expect("the board shows it parked");
+    let shown = parked["reason"].as_str().unwrap();
+    assert!(shown.contains("no-such-branch"), "{parked}");
+    assert!(w.in_group("open", &poison).is_none());
+}
+
+#[test]
+fn a_missing_ref_parks_its_task_at_once_with_the_take() {
+    a_missing_ref_parks_its_task_at_once(&[]);
+}
+
+#[test]
+fn a_missing_ref_parks_its_task_at_once_by_read_back() {
+    a_missing_ref_parks_its_task_at_once(&["--no-take"]);
+}
+
+#[test]
+fn reopen_puts_a_parked_task_back_and_refuses_one_that_is_not_parked() {
+    let w = world(&[]);
+    let poison = w.record("HIGH", "a.py", "ref: gone");
+    assert_eq!(w.pull("c1").0, 5);
+    assert!(w.in_group("parked", &poison).is_some());
+
+    let out = w.env.run(&["task", "reopen", &poison]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), format!("reopened {poison}"));
+    assert!(
+        w.in_group("open", &poison).is_some(),
+        "{:?}",
+        w.board("open")
+    );
+    // Offered again, and parked again, since its ref is still missing.
+    let (code, v) = w.pull("c2");
+    assert_eq!(
+        (code, v["failed"]["task_id"].as_str()),
+        (5, Some(poison.as_str()))
+    );
+
+    let good = w.record("LOW", "b.py", "");
+    let out = w.env.run(&["task", "reopen", &good]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "{good} is not parked; only a parked task can be reopened"
+        )),
+        "{out:?}"
+    );
+    let out = w.env.run(&["task", "reopen", "agf_nosuchtask"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("no task agf_nosuchtask"), "{out:?}");
+}
+
+#[test]
+fn failures_in_two_cells_park_a_task_and_one_cell_failing_twice_does_not() {
+    let w = world(&[]);
+    let id = w.record("HIGH", "a.py", "");
+    let fail = |cell: &str| -> Value {
+        let (code, v) = w.pull(cell);
+        assert_eq!(code, 0, "{v}");
+        let t = w.task_dir(cell);
+        let out = w.env.run(&[
+            "task",
+            "release",
+            "--task-dir",
+            &t,
+            "--failed",
+            "--reason",
+            "the harness failed",
+            "--json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        json(&out)
+    };
+    let first = fail("c1");
+    assert_eq!(first["outcome"], "released", "{first}");
+    assert!(
+        first.get("parked").is_none(),
+        "one cell's failure parks nothing: {first}"
+    );
+    // The same cell again: still one cell.
+    let again = fail("c1");
+    assert!(again.get("parked").is_none(), "{again}");
+    assert!(w.in_group("open", &id).is_some());
+
+    let second = fail("c2");
+    let parked = &second["parked"];
+    assert!(
+        parked["reason"]
+            .as_str()
+            .unwrap()
+            .contains("2 cells failed it"),
+        "{second}"
+    );
+    assert_eq!(parked["tried_by"].as_array().unwrap().len(), 2, "{second}");
+    assert!(w.in_group("parked", &id).is_some());
+    assert_eq!(w.pull("c3").0, 3, "a parked task is not offered");
+
+    // Reopened, the failures before it no longer count: one more failure parks nothing.
+    assert_eq!(w.env.run(&["task", "reopen", &id]).code, 0);
+    let after = fail("c3");
+    assert!(after.get("parked").is_none(), "{after}");
+}
+
+#[test]
+fn park_after_is_the_fleets_setting() {
+    let mut w = world(&[]);
+    w.env.set("METABOB_PARK_AFTER", "1");
+    let id = w.record("HIGH", "a.py", "");
+    assert_eq!(w.pull("c1").0, 0);
+    let t = w.task_dir("c1");
+    let out = w
+        .env
+        .run(&["task", "release", "--task-dir", &t, "--failed"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("parked: one cell failed it"), "{out:?}");
+    assert!(w.in_group("parked", &id).is_some());
+    w.env.set("METABOB_PARK_AFTER", "0");
+    let out = w
+        .env
+        .run(&["task", "release", "--task-dir", &t, "--failed"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains("METABOB_PARK_AFTER") || out.stderr.contains("park-after"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn an_origin_that_is_down_parks_nothing_and_its_tasks_are_pulled_once_it_is_back() {
+    let mut w = world(&[]);
+    let a = w.record("HIGH", "a.py", "ref: main");
+    let b = w.record("HIGH", "b.py", "");
+    drop(w.daemon.take());
+
+    // Refused connections are the fleet's outage: try later, nothing parked, nothing held.
+    for cell in ["c1", "c2"] {
+        let (code, v) = w.pull(cell);
+        assert_eq!(code, 4, "{v}");
+        assert!(v.get("failed").is_none(), "{v}");
+        assert!(v["retry_after_seconds"].as_i64().unwrap() <= 16, "{v}");
+        let c = &v["candidates"].as_array().unwrap()[0];
+        assert_eq!(c["outcome"], "withdrawn", "{v}");
+    }
+    assert!(w.board("parked").is_empty(), "{:?}", w.board("parked"));
+
+    w.daemon = Some(git_daemon_on(&w.env, &w.origins, w.port));
+    let mut pulled = Vec::new();
+    for cell in ["c3", "c4"] {
+        let (code, v) = w.pull(cell);
+        assert_eq!(code, 0, "{v}");
+        pulled.push(v["task"]["task_id"].as_str().unwrap().to_string());
+    }
+    pulled.sort();
+    let mut want = vec![a, b];
+    want.sort();
+    assert_eq!(pulled, want);
+}
