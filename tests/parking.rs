@@ -181,7 +181,7 @@ fn reopen_puts_a_parked_task_back_and_refuses_one_that_is_not_parked() {
 }
 
 #[test]
-fn failures_in_two_cells_park_a_task_and_one_cell_failing_twice_does_not() {
+fn failures_in_two_cells_park_a_task_and_a_cell_is_not_offered_a_task_it_failed() {
     let w = world(&[]);
     let id = w.record("HIGH", "a.py", "");
     let fail = |cell: &str| -> Value {
@@ -207,9 +207,9 @@ fn failures_in_two_cells_park_a_task_and_one_cell_failing_twice_does_not() {
         first.get("parked").is_none(),
         "one cell's failure parks nothing: {first}"
     );
-    // The same cell again: still one cell.
-    let again = fail("c1");
-    assert!(again.get("parked").is_none(), "{again}");
+    // The same cell is not offered it again; another cell is.
+    let (code, v) = w.pull("c1");
+    assert_eq!(code, 3, "{v}");
     assert!(w.in_group("open", &id).is_some());
 
     let second = fail("c2");
@@ -225,10 +225,39 @@ fn failures_in_two_cells_park_a_task_and_one_cell_failing_twice_does_not() {
     assert!(w.in_group("parked", &id).is_some());
     assert_eq!(w.pull("c3").0, 3, "a parked task is not offered");
 
-    // Reopened, the failures before it no longer count: one more failure parks nothing.
+    // Reopened, the failures before it no longer count: a cell that failed it is offered it
+    // again, and one more failure parks nothing.
     assert_eq!(w.env.run(&["task", "reopen", &id]).code, 0);
-    let after = fail("c3");
+    let after = fail("c1");
     assert!(after.get("parked").is_none(), "{after}");
+}
+
+#[test]
+fn the_take_passes_over_a_task_this_cell_failed_and_names_why() {
+    let w = world(&[]);
+    let id = w.record("HIGH", "a.py", "");
+    assert_eq!(w.pull("c1").0, 0);
+    let t = w.task_dir("c1");
+    let out = w
+        .env
+        .run(&["task", "release", "--task-dir", &t, "--failed"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // The failure as the ledger's take weighs it, even for a cell whose recall would not show it.
+    let (code, v) = w.pull("c1");
+    assert_eq!(code, 3, "{v}");
+    let candidates = v["candidates"].as_array().unwrap();
+    assert!(
+        candidates.is_empty()
+            || candidates
+                .iter()
+                .all(|c| c["task_id"] == id.as_str() && c["outcome"] == "failed_here"),
+        "{v}"
+    );
+    let out = w.env.run(&["task", "renew", "--task-dir", &t]);
+    assert_eq!(
+        out.code, 1,
+        "a cell that failed a task cannot renew it: {out:?}"
+    );
 }
 
 #[test]

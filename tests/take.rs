@@ -134,6 +134,59 @@ fn a_taken_task_is_held_for_every_reader_and_its_holder_can_renew_and_release_it
     assert_eq!(v["taken"]["concept_id"], t[0].as_str(), "{v}");
 }
 
+/// A failure passes the task over for the cell that failed it (`failed_here`) and no other; a
+/// park passes it over for everyone, as closed, until it is reopened.
+#[test]
+fn a_take_passes_a_task_over_for_the_cell_that_failed_it_and_for_all_once_parked() {
+    let w = world(&[]);
+    let t = w.tasks(1);
+    let out = w.env.task_pull(&w.url, "c1", &["--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    let me = report["task"]["vessel_id"].as_str().unwrap().to_string();
+    let id = report["task"]["task_id"].as_str().unwrap().to_string();
+    let task_dir = w.env.path("c1/task").display().to_string();
+    let failed = w
+        .env
+        .run(&["task", "release", "--task-dir", &task_dir, "--failed"]);
+    assert_eq!(failed.code, 0, "{failed:?}");
+
+    let (_, v) = w.take(&[&t[0]], &me);
+    assert_eq!(v["taken"], Value::Null, "{v}");
+    assert_eq!(passed(&v), [("failed_here".to_string(), "-".to_string())]);
+    let (_, v) = w.take(&[&t[0]], "cell-b");
+    assert_eq!(
+        v["taken"]["concept_id"],
+        t[0].as_str(),
+        "another cell takes it: {v}"
+    );
+
+    // cell-b fails it too (a second cell): parked, passed over as closed for everyone.
+    let row = |verdict: &str, by: &str| {
+        json!({"type": "concept_create_write", "conceptData": {
+            "shape": "finding_verdict", "source_type": "metabob_annotation",
+            "summary": format!("[verdict:{verdict}] step 0"),
+            "content": format!("reviewed_by: {by}\nsession: s1\nverdict: {verdict}\n\
+                                finding_ids: {id}\nfinding_concept: {}\n", t[0])}})
+    };
+    for (verdict, by) in [("task failed", "cell-b"), ("parked", "cell-b")] {
+        let (status, v) = w.ledger.resolve(&w.key, row(verdict, by));
+        assert_eq!(status, 201, "{v}");
+    }
+    for vessel in [me.as_str(), "cell-c"] {
+        let (_, v) = w.take(&[&t[0]], vessel);
+        assert_eq!(passed(&v), [("closed".to_string(), "-".to_string())], "{v}");
+    }
+    let (status, v) = w.ledger.resolve(&w.key, row("reopened", "operator"));
+    assert_eq!(status, 201, "{v}");
+    let (_, v) = w.take(&[&t[0]], &me);
+    assert_eq!(
+        v["taken"]["concept_id"],
+        t[0].as_str(),
+        "reopened, it is offered again: {v}"
+    );
+}
+
 /// `task renew` on a ledger with the take renews through it: a task nobody else holds stays the
 /// renewer's, even once its claim ended (here by its own release). By read-back, a claim the
 /// cell no longer holds cannot be renewed. (Held by another, neither path renews: `cell.rs`.)

@@ -21,7 +21,7 @@ use crate::ledger::parking::{self, Parked};
 use crate::ledger::recall::{self, LedgerView, Recalled};
 use crate::ledger::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
 use crate::ledger::row::{BadRow, RowMeta, read_rows};
-use crate::ledger::verdict::Standing;
+use crate::ledger::verdict::{Standing, failed_by};
 use crate::util::{now_ms, rfc3339_ms, write_atomic};
 
 /// How soon to look again when a claim did not settle either way.
@@ -59,6 +59,8 @@ pub enum CandidateOutcome {
     Parked,
     /// Claimed, then given back untouched because the origin could not be reached.
     Withdrawn,
+    /// This cell failed it before: it is left to other cells (SPEC.md §Parked tasks).
+    FailedHere,
 }
 
 impl CandidateOutcome {
@@ -67,6 +69,7 @@ impl CandidateOutcome {
             CandidateOutcome::Claim(w) => w.as_str(),
             CandidateOutcome::Parked => "parked",
             CandidateOutcome::Withdrawn => "withdrawn",
+            CandidateOutcome::FailedHere => "failed_here",
         }
     }
 
@@ -180,14 +183,17 @@ impl<'a> Classified<'a> {
     }
 }
 
-/// Open tasks: category task, recorded open, no verdict that closes it or holds a fix; then
-/// who holds each at `now`. Pure: nothing is sent.
+/// Open tasks: category task, recorded open, no verdict that closes it, holds a fix or parks
+/// it, and not failed by this cell; then who holds each at `now`. Pure: nothing is sent.
 pub fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> {
     let mut c = Classified::default();
     for r in view.findings.iter().filter(|r| {
         r.finding.is_task()
             && r.finding.status.is_open()
             && matches!(view.standing(&r.finding), Standing::Open)
+            && !failed_by(view.verdicts_for(&r.finding))
+                .iter()
+                .any(|c| c == me)
     }) {
         match view.holder(&r.finding, now) {
             Some(h) if h.holder == me => c.mine.push(r),
@@ -375,11 +381,16 @@ impl<'a> Claimer<'a> {
             let by_id = |id: &str| ask.iter().position(|r| r.finding.concept_id == id);
             for (id, why) in &take.passed {
                 if let Some(i) = by_id(id) {
-                    let (word, held) = match why {
-                        claims::Passed::Held(h) => (ClaimWord::Held, Some(h)),
-                        claims::Passed::Closed | claims::Passed::Busy => (ClaimWord::Closed, None),
+                    let (outcome, held) = match why {
+                        claims::Passed::Held(h) => {
+                            (CandidateOutcome::Claim(ClaimWord::Held), Some(h))
+                        }
+                        claims::Passed::Closed | claims::Passed::Busy => {
+                            (CandidateOutcome::Claim(ClaimWord::Closed), None)
+                        }
+                        claims::Passed::FailedHere => (CandidateOutcome::FailedHere, None),
                     };
-                    self.note(&ask[i].finding, CandidateOutcome::Claim(word), held);
+                    self.note(&ask[i].finding, outcome, held);
                 }
             }
             let Some(taken) = take.taken else {

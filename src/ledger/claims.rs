@@ -451,6 +451,9 @@ async fn renew_by_take(
             reason: format!("{} holds this claim, not {me}", h.holder),
         }),
         Some(Passed::Busy) => None,
+        Some(Passed::FailedHere) => Some(ClaimOutcome::Refused {
+            reason: format!("{me} gave this task up as failed"),
+        }),
         Some(Passed::Closed) | None => Some(ClaimOutcome::Closed),
     })
 }
@@ -502,6 +505,8 @@ pub enum Passed {
     /// Another writer was deciding its holder at that moment (a PostgreSQL store): not free
     /// for this take, though it may be for the next.
     Busy,
+    /// The claimer failed it before: it is left to other cells.
+    FailedHere,
 }
 
 /// The task a take claimed for us: as the ledger holds it, and the claim that holds it.
@@ -627,6 +632,7 @@ fn read_take(body: &serde_json::Value, asked: &[&str], me: &str) -> Result<Take,
         let why = match p.get("outcome").and_then(Value::as_str) {
             Some("held") => Passed::Held(held(p)?),
             Some("busy") => Passed::Busy,
+            Some("failed_here") => Passed::FailedHere,
             _ => Passed::Closed,
         };
         out.passed.push((id.to_string(), why));

@@ -18,7 +18,7 @@ use crate::ledger::claims::{
 };
 use crate::ledger::finding::{Finding, plain_concept_id};
 use crate::ledger::repo_identity::vessel_aliases;
-use crate::ledger::verdict::{Standing, Verdict, link_pointer, standing};
+use crate::ledger::verdict::{Standing, Verdict, failed_by, link_pointer, standing};
 
 /// The longest claimer or session name a take accepts, in characters.
 const MAX_NAME_CHARS: usize = 512;
@@ -58,6 +58,9 @@ enum Look {
     },
     Held(Held),
     Closed,
+    /// This claimer failed it (a `task failed` row since it was last reopened): another cell
+    /// may do it, this one is not offered it again.
+    FailedHere,
     /// Another write is deciding its holder at this moment (another replica's, on PostgreSQL).
     Busy,
 }
@@ -121,6 +124,9 @@ impl TakeRequest {
                     passed.push(json!({ "concept_id": id, "outcome": "held", "held": h }))
                 }
                 Look::Closed => passed.push(json!({ "concept_id": id, "outcome": "closed" })),
+                Look::FailedHere => {
+                    passed.push(json!({ "concept_id": id, "outcome": "failed_here" }))
+                }
                 Look::Busy => passed.push(json!({ "concept_id": id, "outcome": "busy" })),
             }
         }
@@ -221,6 +227,9 @@ impl TakeRequest {
             Standing::Closed { .. } | Standing::Parked { .. }
         ) {
             return Ok(Look::Closed);
+        }
+        if failed_by(&rows).contains(&self.vessel) {
+            return Ok(Look::FailedHere);
         }
         Ok(match claims::holder(&rows, now) {
             Some(h) if h.holder != self.vessel => Look::Held(h),
