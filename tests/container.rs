@@ -664,6 +664,134 @@ fn a_cell_that_fails_fail_max_tasks_in_a_row_stops_with_exit_1_and_parks_nothing
     assert_eq!(w.board("open").len(), 3, "every task is back on the board");
 }
 
+/// A harness that gives its claim back from inside, as if its cell had paused past its claim,
+/// and waits until cell-b holds the task; then `then`.
+fn handover_harness(then: &str) -> String {
+    format!(
+        "metabob-mcp task release --task-dir \"$TASK_DIR\" --reason handover >/dev/null; \
+         until metabob-mcp task list --json | grep -q '\"holder\": \"cell-b\"'; do sleep 1; done; \
+         {then}"
+    )
+}
+
+#[test]
+fn a_cell_whose_claim_passed_to_another_pushes_nothing_keeps_its_commits_and_goes_on() {
+    let mut w = world(&[("a.py", "")]);
+    let id = w.ids[0].clone();
+    // A commits its fix once B holds the task; its renewal loop stays quiet meanwhile, so only
+    // the fence before the push can stop it.
+    let a = w.cell(
+        "cella",
+        &handover_harness("sh /harness.sh"),
+        &[("VESSEL_ID", "cell-a"), ("RENEW_EVERY", "600")],
+    );
+    wait_log(&a, "pulled ");
+    // B works slowly, so A tries to push while B holds the task.
+    let b = w.cell(
+        "cellb",
+        "sleep 8; sh /harness.sh",
+        &[("VESSEL_ID", "cell-b")],
+    );
+    w.exits(&a, 0);
+    w.exits(&b, 0);
+    let (la, lb) = (logs(&a), logs(&b));
+    assert!(
+        la.contains(&format!("{id}: the claim is no longer this cell's (cell-b holds this claim, not cell-a); not pushing, not closing")),
+        "{la}"
+    );
+    assert!(
+        la.contains(&format!(
+            "kept the commits as branch salvage/{id} in /home/cell/metabob-salvage/"
+        )),
+        "{la}"
+    );
+    assert_eq!(closed_in(&la, &id), 0, "{la}");
+    assert_eq!(closed_in(&lb, &id), 1, "{lb}");
+    assert_eq!(
+        w.fixes_on_main(&id),
+        1,
+        "only B's fix reached the origin:\n{}",
+        w.main_log()
+    );
+}
+
+#[test]
+fn a_renewal_that_finds_the_claim_taken_stops_the_harness_at_once() {
+    let mut w = world(&[("a.py", "")]);
+    let id = w.ids[0].clone();
+    // A would work for ten minutes once B holds the task; its first renewal comes after B's
+    // pull and finds the claim B's.
+    let a = w.cell(
+        "cella",
+        &handover_harness("sleep 600; echo harness-finished"),
+        &[("VESSEL_ID", "cell-a"), ("RENEW_EVERY", "15")],
+    );
+    wait_log(&a, "pulled ");
+    let b = w.cell(
+        "cellb",
+        "sleep 30; sh /harness.sh",
+        &[("VESSEL_ID", "cell-b")],
+    );
+    wait_log(
+        &a,
+        "the claim is no longer this cell's; stopping the harness",
+    );
+    w.exits(&b, 0);
+    w.exits(&a, 0);
+    let la = logs(&a);
+    assert!(!la.contains("harness-finished"), "{la}");
+    assert!(
+        la.contains(&format!(
+            "{id}: the claim is no longer this cell's (a renewal was refused)"
+        )),
+        "{la}"
+    );
+    assert_eq!(closed_in(&logs(&b), &id), 1);
+    assert_eq!(w.fixes_on_main(&id), 1);
+}
+
+#[test]
+fn three_cells_mid_task_wait_out_a_killed_and_restarted_ledger_and_close_every_task_once() {
+    let mut w = world(&[("a.py", ""), ("b.py", ""), ("c.py", "")]);
+    let cells: Vec<Running> = (1..=3)
+        .map(|n| {
+            w.cell(
+                &format!("cell{n}"),
+                // Done while the ledger is away: the fence before the push waits it out.
+                "sleep 4; sh /harness.sh",
+                &[("RENEW_EVERY", "3")],
+            )
+        })
+        .collect();
+    for c in &cells {
+        wait_log(c, "pulled ");
+    }
+    let ip = w
+        .ledger
+        .get_bridge_ip_address()
+        .expect("the ledger's address");
+    kill(&w.ledger);
+    std::thread::sleep(Duration::from_secs(10));
+    w.ledger.start().expect("restart the ledger");
+    assert_eq!(
+        w.ledger
+            .get_bridge_ip_address()
+            .expect("the ledger's address"),
+        ip,
+        "the restarted ledger keeps its address (the cells know it by /etc/hosts)"
+    );
+    for c in &cells {
+        w.exits(c, 0);
+    }
+    let l: String = cells.iter().map(logs).collect();
+    assert!(l.contains("the ledger does not answer; waiting"), "{l}");
+    for id in &w.ids {
+        assert_eq!(closed_in(&l, id), 1, "{id}:\n{l}");
+        assert_eq!(w.fixes_on_main(id), 1);
+    }
+    assert!(w.board("claimed").is_empty(), "no claim is left held");
+}
+
 /// A harness that, the first `n` times it runs in this container, lands a change to the same
 /// lines of `a.py` on main while it works, so the cell's rebase conflicts; the fix itself is the
 /// sample harness's.

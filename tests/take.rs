@@ -332,7 +332,7 @@ fn fill_window(w: &World, n: usize) {
 }
 
 #[test]
-fn a_task_past_the_cells_recall_window_is_still_taken_and_a_refused_one_only_once() {
+fn a_task_past_the_cells_recall_window_is_still_taken_and_a_parked_one_only_once() {
     let w = world(&[]);
     w.env
         .record_task_with(&w.url, "bad ref", "CRITICAL", "ref: -x");
@@ -340,29 +340,31 @@ fn a_task_past_the_cells_recall_window_is_still_taken_and_a_refused_one_only_onc
     // The recall reads 4 pages of 300; 1,200 newer findings leave both tasks outside it.
     fill_window(&w, 1200);
 
+    let outcomes = |report: &Value| -> Vec<(String, String)> {
+        report["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let s = |k: &str| c[k].as_str().unwrap().to_string();
+                (s("summary"), s("outcome"))
+            })
+            .collect()
+    };
+    // The more severe task came first and was parked for its ref (exit 5).
     let out = w.env.task_pull(&w.url, "c1", &["--json"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.code, 5, "{out:?}");
     let report: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(report["recall_truncated"], true);
     assert_eq!(report["claim_path"], "take");
-    // The more severe task came first and was given back for its ref; the pull went on to
-    // the next without being handed the refused one again.
-    let outcomes: Vec<(&str, &str)> = report["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["summary"].as_str().unwrap(),
-                c["outcome"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        outcomes,
-        [("bad ref", "withdrawn"), ("step 0", "claimed")],
-        "{report}"
-    );
+    let parked = [("bad ref".to_string(), "parked".to_string())];
+    assert_eq!(outcomes(&report), parked, "{report}");
+    // The next pull is not handed the parked one again.
+    let out = w.env.task_pull(&w.url, "c2", &["--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    let claimed = [("step 0".to_string(), "claimed".to_string())];
+    assert_eq!(outcomes(&report), claimed, "{report}");
     assert_eq!(report["task"]["concept_id"], good[0].as_str());
 
     // On a ledger without the take the same cell sees no open task: the window's limit,
