@@ -653,7 +653,7 @@ async fn run_goal_returns_once_the_cell_completes_the_goal() {
 }
 
 #[tokio::test]
-async fn a_task_withdrawn_for_a_refused_ref_reads_not_reached_with_the_reason() {
+async fn a_task_parked_for_a_refused_ref_reads_not_reached_with_the_reason() {
     let env = TestEnv::new();
     let _ledger = env.ledger("main", &[]);
     let url = origin(&env);
@@ -669,7 +669,7 @@ async fn a_task_withdrawn_for_a_refused_ref_reads_not_reached_with_the_reason() 
     let id = dispatch_id(&reply);
     let out = env.task_pull(&url, "c1", &[]);
     assert!(
-        out.stdout.contains("withdrawn"),
+        out.stdout.contains("parked"),
         "{}",
         crate::support::layout(&out)
     );

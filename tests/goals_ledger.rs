@@ -173,10 +173,10 @@ fn a_refused_ref_fails_the_goal_with_the_pulls_reason() {
     );
     assert_eq!(status, 202, "{d}");
     let id = d["dispatchId"].as_str().unwrap();
-    // The pull claims it, refuses the ref, withdraws the claim: nothing else is open.
+    // The pull claims it, refuses the ref and parks it (exit 5).
     let out = b.env.task_pull(&b.url, "c1", &[]);
-    assert_eq!(out.code, 3, "{out:?}");
-    assert!(out.stdout.contains("withdrawn"), "{out:?}");
+    assert_eq!(out.code, 5, "{out:?}");
+    assert!(out.stdout.contains("parked"), "{out:?}");
     let (status, w) = b.walk(&b.admin, id);
     assert_eq!(
         (w["status"].as_str(), &w["reached"]),
@@ -189,7 +189,15 @@ fn a_refused_ref_fails_the_goal_with_the_pulls_reason() {
         .ledger
         .resolve(&b.admin, json!({"type": "executionTraceList"}));
     assert_eq!(list["executions"][0]["status"], "failed", "{list}");
-    assert_eq!(list["executions"][0]["failure_mode"], w["error"]);
+    // The execution ended with the withdrawal's reason; the task is parked for it.
+    let mode = list["executions"][0]["failure_mode"].as_str().unwrap();
+    assert!(
+        w["error"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("parked: {mode}")),
+        "{list}"
+    );
     insta::assert_snapshot!("goal_execution_list_withdrawn", b.snap(status, &list));
 }
 

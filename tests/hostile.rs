@@ -162,8 +162,10 @@ fn a_password_in_the_origin_is_never_printed_written_or_sent() {
     ]);
     assert_eq!(out.code, 0, "{out:?}");
     let failed = env.task_pull(&origin, "c1", &[]);
-    assert_eq!(failed.code, 1, "{failed:?}");
+    // Nothing answers at the origin: the fleet's outage, try later.
+    assert_eq!(failed.code, 4, "{failed:?}");
     assert!(failed.stderr.contains("cell:***@127.0.0.1"), "{failed:?}");
+    assert!(failed.stdout.contains("cell:***@127.0.0.1"), "{failed:?}");
     // Everything the ledger holds, as any key of the org reads it.
     let pointer = json!({"type": "conceptSearch", "shape": "finding_verdict", "limit": 100});
     let rows = resolve(&env, &ledger.url, pointer)["concepts"].to_string();
@@ -284,4 +286,92 @@ fn an_answer_too_large_to_read_is_named_as_such() {
     env.set("DISCOVERY_ENDPOINT", url);
     let out = env.run(&["attach", "--check"]);
     insta::assert_snapshot!("answer_too_large", snapshot(&out, &env));
+}
+
+/// A finding row of `identity` as large as every reader accepts, and as large again once JSON
+/// escapes it: its body is control characters, six bytes each on the wire.
+fn largest_finding(identity: &str, i: usize) -> (String, String) {
+    use metabob_mcp::ledger::row::{content_cap, summary_cap};
+    let head = format!(
+        "repo: {identity}\nfiles: a.py\nseverity: LOW\ncategory: style\nstatus: open\nfinding_ids: agf_{i:016x}\n\n"
+    );
+    let content = format!("{head}{}", "\u{1}".repeat(content_cap() - head.len()));
+    let prefix = "[LOW][style] app: ";
+    let summary = format!("{prefix}{}", "\u{1}".repeat(summary_cap() - prefix.len()));
+    (summary, content)
+}
+
+#[test]
+fn rows_at_the_bound_blind_no_reader_and_one_byte_more_is_refused_naming_the_field() {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let (_, key) = ledger.create_key(&env, "default", "read,write");
+    let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
+    let identity = env.record_task(&origin, "an older task", "LOW")["repository"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let write = |summary: &str, content: &str| {
+        ledger.resolve(
+            &key,
+            json!({"type": "concept_create_write", "conceptData": {"shape": "code_finding",
+                "source_type": "metabob_annotation", "summary": summary, "content": content}}),
+        )
+    };
+
+    // One byte past a field's cap: 413, naming the field and the cap, and nothing is stored.
+    let (summary, content) = largest_finding(&identity, 0);
+    let (status, v) = write(&summary, &format!("{content}x"));
+    assert_eq!(status, 413, "{v}");
+    assert_eq!(v["error"], "row_too_large", "{v}");
+    assert_eq!(v["field"], "content", "{v}");
+    let cap = metabob_mcp::ledger::row::content_cap();
+    assert_eq!(v["max_bytes"], cap, "{v}");
+    let (status, v) = write(&format!("{summary}x"), &content);
+    assert_eq!((status, v["field"].as_str()), (413, Some("summary")), "{v}");
+
+    // Rows at the bound: their answer as one page of 300 would be past the 64 MiB a client
+    // reads; the ledger cuts its pages by bytes instead.
+    for i in 1..=48 {
+        let (summary, content) = largest_finding(&identity, i);
+        let (status, v) = write(&summary, &content);
+        assert_eq!(status, 201, "row {i}: {v}");
+    }
+    let task = env.record_task(&origin, "after the flood", "HIGH");
+    let task = task["finding_ids"][0].as_str().unwrap().to_string();
+
+    let out = env.task_pull(&origin, "c", &["--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["task"]["task_id"], task.as_str(), "{report}");
+
+    let mut env = env;
+    env.set("WORKSPACE_PATH", env.path("c/work").display().to_string());
+    let out = env.run(&["tool", "call", "get_problems", "--args", "{}"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains(&task),
+        "get_problems recalls the task: {out:?}"
+    );
+
+    // A row past the bound written before it existed is left out of the page by name; the
+    // rest of the page is read. (On SQLite, whose file the test can reach.)
+    if ledger.store.is_none() {
+        let conn = rusqlite::Connection::open(ledger.data.join("ledger.db")).unwrap();
+        let n = conn
+            .execute(
+                "UPDATE concepts SET content = content || ?1 WHERE id = (SELECT id FROM concepts
+                   WHERE shape = 'code_finding' AND content LIKE '%agf_0000000000000001%')",
+                [("y".repeat(2 * 1024 * 1024))],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+        let out = env.run(&["tool", "call", "get_problems", "--args", "{}"]);
+        assert_eq!(out.code, 0, "{out:?}");
+        assert!(out.stdout.contains(&task), "{out:?}");
+        assert!(
+            out.stderr.contains("left out by the ledger: row_too_large"),
+            "{out:?}"
+        );
+    }
 }

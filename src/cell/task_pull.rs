@@ -749,12 +749,15 @@ impl Setup<'_> {
         .await
         .map_err(|e| SetupFailure::Cell(format!("the clone stopped: {e}")))?
         .map_err(|e| match e {
-            // Only what the task names can fail it: its ref. Anything else the clone meets is
-            // the origin's or the network's, and passes.
+            // Only what the task names can fail it: its ref. A remote or network that did not
+            // answer is waited out; a lasting refusal (trust, credentials) is this cell's.
             crate::git::GitError::RefNotFound(name) => SetupFailure::Task(format!(
                 "the origin has no branch or tag {name:?} (the task's ref)"
             )),
-            e => SetupFailure::Origin(format!("cloning {} failed: {e}", opts.origin)),
+            e @ crate::git::GitError::Clone { lasting: false, .. } => {
+                SetupFailure::Origin(format!("cloning {} failed: {e}", opts.origin))
+            }
+            e => SetupFailure::Cell(format!("cloning {} failed: {e}", opts.origin)),
         })?;
 
         let f = &r.finding;

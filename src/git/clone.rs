@@ -43,6 +43,7 @@ pub fn clone_at(
     let fail = |detail: String| GitError::Clone {
         url: crate::guard::redact_url_credentials(url),
         detail,
+        lasting: true,
     };
     match std::fs::read_dir(dest) {
         Ok(mut entries) => {
@@ -120,6 +121,13 @@ fn fetch_and_check_out(
     let fail = |detail: String| GitError::Clone {
         url: crate::guard::redact_url_credentials(url),
         detail: crate::guard::redact_url_credentials(&detail),
+        lasting: true,
+    };
+    // What the remote or the network did: lasting only when it was a refusal.
+    let failed = |e: &(dyn std::error::Error + 'static), detail: String| GitError::Clone {
+        url: crate::guard::redact_url_credentials(url),
+        detail: crate::guard::redact_url_credentials(&detail),
+        lasting: http::refused_for_good(e),
     };
     let interrupt = AtomicBool::new(false);
     let net = net.clone();
@@ -160,10 +168,12 @@ fn fetch_and_check_out(
             }
             Err(gix::clone::fetch::Error::PrepareFetch(e)) => {
                 let url_login = crate::net::Url::parse(url).is_ok_and(|u| u.has_credentials());
-                let detail = login_failure(&e, url_login).unwrap_or_else(|| with_causes(&e));
-                return Err(fail(detail));
+                return Err(match login_failure(&e, url_login) {
+                    Some(detail) => fail(detail),
+                    None => failed(&e, with_causes(&e)),
+                });
             }
-            Err(other) => return Err(fail(with_causes(&other))),
+            Err(other) => return Err(failed(&other, with_causes(&other))),
         };
     // gix points HEAD at whatever ref it was given; git clone --branch <tag> detaches instead,
     // so a commit made in the cell never moves a tag.

@@ -24,7 +24,14 @@ pub enum GitError {
     #[error("{} is not a git repository: run this in a clone, or pass --work-dir of one", .0.display())]
     NotARepository(PathBuf),
     #[error("clone of {url} failed: {detail}; check the URL and that the remote is reachable")]
-    Clone { url: String, detail: String },
+    Clone {
+        url: String,
+        detail: String,
+        /// The failure is this side's or a lasting refusal (a destination in use, a certificate
+        /// nothing trusts, credentials refused, a 4xx), rather than a remote or network that did
+        /// not answer, which can clear by itself.
+        lasting: bool,
+    },
     #[error(
         "fetch from {remote} failed: {detail}; check the network and the remote's URL, then retry"
     )]

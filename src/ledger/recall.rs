@@ -40,17 +40,17 @@ pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, Resolv
     } else {
         MAX_PAGES
     };
+    let mut offset = 0;
     for page in 0..pages {
         let answer = att
             .resolve(json!({
-                "type": "conceptSearch", "shape": shape, "limit": PAGE, "offset": page * PAGE,
+                "type": "conceptSearch", "shape": shape, "limit": PAGE, "offset": offset,
             }))
             .await?;
-        let rows = match answer
-            .ok("conceptSearch")?
-            .get_mut("concepts")
-            .map(Value::take)
-        {
+        let mut body = answer.ok("conceptSearch")?;
+        // A page the ledger cut short by its bytes says where the next one starts.
+        let next_offset = body.get("next_offset").and_then(Value::as_u64);
+        let rows = match body.get_mut("concepts").map(Value::take) {
             Some(Value::Array(rows)) => rows,
             _ => Vec::new(),
         };
@@ -60,10 +60,19 @@ pub async fn read_window(att: &Attachment, shape: &str) -> Result<Window, Resolv
             window.truncated = true;
             return Ok(window);
         }
-        let full = rows.len() as u64 >= PAGE;
+        let more = match next_offset {
+            Some(next) if next > offset => {
+                offset = next;
+                true
+            }
+            _ => {
+                offset += rows.len() as u64;
+                rows.len() as u64 >= PAGE
+            }
+        };
         window.rows.extend(rows);
-        window.truncated = full;
-        if !full {
+        window.truncated = more;
+        if !more {
             break;
         }
     }

@@ -80,10 +80,13 @@ impl RowMeta {
             }
             Ok(s.to_string())
         };
-        let summary = text(
-            "summary",
-            field_rule("summary").cap + field_rule("repo").cap + SUMMARY_PREFIX_BYTES,
-        )?;
+        if let Some(why) = c.get(SKIPPED_KEY).and_then(Value::as_str) {
+            return Err(bad(
+                "row",
+                format!("left out by the ledger: {}", short(why)),
+            ));
+        }
+        let summary = text("summary", summary_cap())?;
         let content = text("content", content_cap())?;
         Ok(Some(RowMeta {
             concept_id,
@@ -133,9 +136,77 @@ impl RowMeta {
 }
 
 /// The content's cap: the largest prose body plus a header block of capped fields.
-fn content_cap() -> usize {
+pub fn content_cap() -> usize {
     4 * field_rule("content").cap + MAX_FILES_PER_ROW * field_rule("file").cap / 4
 }
+
+/// The summary's cap: a summary field behind its `[SEV][category] repo: ` prefix.
+pub fn summary_cap() -> usize {
+    field_rule("summary").cap + field_rule("repo").cap + SUMMARY_PREFIX_BYTES
+}
+
+/// A row's stored texts (anchor: row-caps), each held to what every reader accepts: the ledger
+/// refuses a write past any of them with 413, field by field, and a page leaves out an older
+/// row that is larger. The `pointer` and `client_claim` objects count as their JSON text.
+pub struct RowTexts<'a> {
+    pub content: &'a str,
+    pub summary: &'a str,
+    pub pointer: &'a str,
+    pub client_claim: &'a str,
+    pub shape: &'a str,
+    pub source_type: &'a str,
+}
+
+const POINTER_CAP: usize = 16 * 1024;
+const CLIENT_CLAIM_CAP: usize = 8 * 1024;
+
+impl RowTexts<'_> {
+    /// Each text: its name, its bytes and its cap.
+    fn measured(&self) -> [(&'static str, usize, usize); 6] {
+        [
+            ("content", self.content.len(), content_cap()),
+            ("summary", self.summary.len(), summary_cap()),
+            ("pointer", self.pointer.len(), POINTER_CAP),
+            ("client_claim", self.client_claim.len(), CLIENT_CLAIM_CAP),
+            ("shape", self.shape.len(), field_rule("shape").cap),
+            (
+                "source_type",
+                self.source_type.len(),
+                field_rule("source_type").cap,
+            ),
+        ]
+    }
+
+    /// The first text over its cap: its name, bytes and cap.
+    pub fn over_cap(&self) -> Option<(&'static str, usize, usize)> {
+        self.measured()
+            .into_iter()
+            .find(|(_, bytes, cap)| bytes > cap)
+    }
+}
+
+/// The largest row every reader accepts, in bytes of its stored texts.
+pub fn max_row_bytes() -> usize {
+    let none = RowTexts {
+        content: "",
+        summary: "",
+        pointer: "",
+        client_claim: "",
+        shape: "",
+        source_type: "",
+    };
+    none.measured().iter().map(|(_, _, cap)| cap).sum()
+}
+
+/// The stored text one page of rows may hold (anchor: page-bytes). JSON escapes a byte into at
+/// most six (`\u0001`), so a page's answer stays well under what a client reads
+/// ([`crate::net::MAX_BODY_BYTES`]) whatever its rows hold, and any row a reader accepts fits.
+pub const PAGE_BYTES: usize = 8 * 1024 * 1024;
+const _: () = assert!(6 * PAGE_BYTES + 2 * 1024 * 1024 < crate::net::MAX_BODY_BYTES);
+
+/// What a ledger answers in a row's place when the row is over [`max_row_bytes`] (an older
+/// row, written before the bound): `skipped` names why.
+pub const SKIPPED_KEY: &str = "skipped";
 
 /// Printable ASCII without spaces, within `cap` bytes: what ids are.
 fn is_token(s: &str, cap: usize) -> bool {

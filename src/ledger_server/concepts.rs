@@ -12,7 +12,7 @@ use super::input::Fields;
 use super::sql::{Arg, IntoArg, Row, Sql, args, json_text};
 use crate::ledger::finding::plain_concept_id;
 use crate::ledger::header::Header;
-use crate::ledger::row::MAX_IDS_PER_ROW;
+use crate::ledger::row::{MAX_IDS_PER_ROW, PAGE_BYTES, RowTexts, SKIPPED_KEY, max_row_bytes};
 use crate::ledger::verdict::VERDICT_SHAPE;
 use crate::util::{random_hex, rfc3339_ms};
 
@@ -194,6 +194,28 @@ impl CreateConcept {
         })
     }
 
+    /// Holds each of the row's texts to what every reader reads, so that no write key can
+    /// store a row that blinds the readers of its org.
+    fn check_size(&self) -> Result<(), ApiError> {
+        let pointer = self.pointer.to_string();
+        let texts = RowTexts {
+            content: &self.content,
+            summary: &self.summary,
+            pointer: &pointer,
+            client_claim: self.claim.as_deref().unwrap_or_default(),
+            shape: &self.shape,
+            source_type: &self.source_type,
+        };
+        match texts.over_cap() {
+            Some((field, bytes, max_bytes)) => Err(ApiError::RowTooLarge {
+                field,
+                bytes,
+                max_bytes,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Takes the holder lock of every finding a verdict row names, then the creation time, then
     /// writes: so on PostgreSQL two rows about one finding are numbered and stamped in the
     /// order they commit (SPEC.md §Claim order on each store).
@@ -221,6 +243,7 @@ impl CreateConcept {
     /// verdict row must be written under its findings' holder locks, taken before `now` was
     /// drawn: [`CreateConcept::run`] takes them; the take holds them already.
     pub fn insert(&self, conn: Sql<'_>, org: &str, now: i64) -> Result<Value, ApiError> {
+        self.check_size()?;
         let id = format!("concept_{}", random_hex(12));
         // The concept as stored comes back with the insert: no second statement reads it.
         let concept = conn
@@ -362,22 +385,136 @@ impl Search {
         )?;
         args.push(self.limit.arg());
         args.push(self.offset.arg());
-        let concepts = conn.query(
+        // The page's rows and their sizes first, without their texts; then only the rows that
+        // fit the page's bytes are read whole.
+        let sized = conn.query(
             &format!(
-                "SELECT {CONCEPT_COLS} FROM concepts c WHERE {filter}
+                "SELECT c.id, {ROW_BYTES_SQL} FROM concepts c WHERE {filter}
                  ORDER BY {RELEVANCE_SQL} DESC, c.seq DESC LIMIT ? OFFSET ?"
             ),
             &args,
-            concept_json,
+            |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
         )?;
-        Ok(json!({
+        let page = Page::cut(sized);
+        let mut loaded = load_concepts(conn, org, &page.load)?;
+        let concepts: Vec<Value> = page
+            .rows
+            .into_iter()
+            .filter_map(|row| match row {
+                PageRow::Load(id) => loaded.remove(&id),
+                PageRow::Skipped(id, bytes) => Some(skipped_row(&id, bytes)),
+            })
+            .collect();
+        let mut answer = json!({
             "mode": mode,
             "concepts": concepts,
             "total": total,
             "limit": self.limit,
             "offset": self.offset,
-        }))
+        });
+        if page.cut_short {
+            answer["next_offset"] = (self.offset + page.consumed as i64).into();
+        }
+        Ok(answer)
     }
+}
+
+/// A row's stored texts in bytes, as [`RowTexts`] counts them.
+const ROW_BYTES_SQL: &str = "CAST(octet_length(c.content) + octet_length(c.summary) \
+     + COALESCE(octet_length(c.pointer), 0) + COALESCE(octet_length(c.client_claim), 0) \
+     + octet_length(c.shape) + octet_length(c.source_type) AS BIGINT)";
+
+enum PageRow {
+    Load(String),
+    /// Over what every reader accepts (an older row): answered by id and size alone.
+    Skipped(String, i64),
+}
+
+/// The rows one page answers, in order (anchor: page-cut).
+struct Page {
+    rows: Vec<PageRow>,
+    load: Vec<String>,
+    /// How many of the rows asked for the page answers: every one unless `cut_short`.
+    consumed: usize,
+    cut_short: bool,
+}
+
+impl Page {
+    /// Takes rows in order while their texts fit [`PAGE_BYTES`]: always the first row a reader
+    /// accepts, never one it does not (that one is answered as skipped).
+    fn cut(sized: Vec<(String, i64)>) -> Page {
+        let max_row = i64::try_from(max_row_bytes()).unwrap_or(i64::MAX);
+        let budget = i64::try_from(PAGE_BYTES).unwrap_or(i64::MAX);
+        let total_rows = sized.len();
+        let mut page = Page {
+            rows: Vec::new(),
+            load: Vec::new(),
+            consumed: 0,
+            cut_short: false,
+        };
+        let mut bytes = 0;
+        for (id, size) in sized {
+            if size > max_row {
+                page.rows.push(PageRow::Skipped(id, size));
+            } else if bytes + size > budget && !page.load.is_empty() {
+                break;
+            } else {
+                bytes += size;
+                page.load.push(id.clone());
+                page.rows.push(PageRow::Load(id));
+            }
+            page.consumed += 1;
+        }
+        page.cut_short = page.consumed < total_rows;
+        page
+    }
+}
+
+/// The concepts `ids` of `org`, by id.
+fn load_concepts(
+    conn: Sql<'_>,
+    org: &str,
+    ids: &[String],
+) -> Result<std::collections::HashMap<String, Value>, ApiError> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let marks = vec!["?"; ids.len()].join(", ");
+    let mut bound = vec![org.arg()];
+    bound.extend(ids.iter().map(|id| id.arg()));
+    let rows = conn.query(
+        &format!("SELECT {CONCEPT_COLS} FROM concepts c WHERE c.org_id = ? AND c.id IN ({marks})"),
+        &bound,
+        concept_json,
+    )?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|c| Some((c.get("id")?.as_str()?.to_string(), c)))
+        .collect())
+}
+
+/// A loaded concept's stored texts in bytes, as [`ROW_BYTES_SQL`] counts them.
+fn row_bytes(c: &Value) -> usize {
+    let text = |k: &str| c.get(k).and_then(Value::as_str).map_or(0, str::len);
+    let json = |k: &str| {
+        c.get(k)
+            .filter(|v| !v.is_null())
+            .map_or(0, |v| v.to_string().len())
+    };
+    ["content", "summary", "shape", "source_type"]
+        .into_iter()
+        .map(text)
+        .sum::<usize>()
+        + json("pointer")
+        + json("client_claim")
+}
+
+/// What a page answers in place of a row no reader accepts.
+fn skipped_row(id: &str, bytes: i64) -> Value {
+    json!({
+        "id": id,
+        SKIPPED_KEY: format!("row_too_large: {bytes} bytes, over the {} a reader reads", max_row_bytes()),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -464,6 +601,7 @@ impl Graph {
         found.sort_by_key(|(_, e)| std::cmp::Reverse(e.seq));
         found.truncate(self.limit as usize);
         let mut edges = Vec::with_capacity(found.len());
+        let (mut bytes, mut truncated) = (0, false);
         for (direction, e) in found {
             let other = if direction == "outgoing" {
                 &e.to_id
@@ -471,9 +609,25 @@ impl Graph {
                 &e.from_id
             };
             let neighbor = load_concept(conn, org, other)?;
+            // Bounded like a search page: a neighbour no reader accepts is named, and the
+            // edges stop once their rows fill a page.
+            let size = row_bytes(&neighbor);
+            let neighbor = if size > max_row_bytes() {
+                skipped_row(other, i64::try_from(size).unwrap_or(i64::MAX))
+            } else if bytes + size > PAGE_BYTES && !edges.is_empty() {
+                truncated = true;
+                break;
+            } else {
+                bytes += size;
+                neighbor
+            };
             edges.push(json!({ "direction": direction, "edge": e.json, "neighbor": neighbor }));
         }
-        Ok(json!({ "root": root, "edges": edges }))
+        let mut answer = json!({ "root": root, "edges": edges });
+        if truncated {
+            answer["truncated"] = true.into();
+        }
+        Ok(answer)
     }
 }
 

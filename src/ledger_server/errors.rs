@@ -105,6 +105,13 @@ pub enum ApiError {
         max_bytes: usize,
         declared: Option<u64>,
     },
+    /// One of a row's texts is over what every reader reads (`crate::ledger::row::row_caps`).
+    #[error("row_too_large: {field} is {bytes} bytes, at most {max_bytes}")]
+    RowTooLarge {
+        field: &'static str,
+        bytes: usize,
+        max_bytes: usize,
+    },
     /// The body did not arrive within the idle timeout (a half-sent request).
     #[error("request_timeout: the body did not arrive within {timeout_ms} ms")]
     RequestTimeout { timeout_ms: u64 },
@@ -156,7 +163,9 @@ impl ApiError {
             | ApiError::NoProducer(_)
             | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::PayloadTooLarge { .. } | ApiError::RowTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::BudgetExceeded { .. } | ApiError::Interrupted | ApiError::Contended => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -191,6 +200,16 @@ impl ApiError {
             ApiError::MethodNotAllowed { method, path } => json!({
                 "error": "method_not_allowed",
                 "detail": format!("{} does not answer {method}; the Allow header lists what it does", shorten(path)),
+            }),
+            ApiError::RowTooLarge {
+                field,
+                bytes,
+                max_bytes,
+            } => json!({
+                "error": "row_too_large", "field": field, "bytes": bytes, "max_bytes": max_bytes,
+                "detail": format!(
+                    "{field} is {bytes} bytes; a row's {field} holds at most {max_bytes}, what every reader reads: split or shorten it"
+                ),
             }),
             ApiError::PayloadTooLarge {
                 max_bytes,

@@ -57,6 +57,42 @@ enum Failure {
     Request(#[source] reqwest::Error),
 }
 
+/// Whether a clone's error holds a refusal that trying again will not change (anchor:
+/// refused_for_good): a certificate nothing trusts or for another name, a proxy's refusal,
+/// credentials refused, a redirect, a 4xx. A refused or timed-out connection, a name that did
+/// not resolve, a reset or a 5xx is the remote or the network, and can clear by itself; so can
+/// whatever a `git://` or local remote reports.
+pub(crate) fn refused_for_good(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let failure = e
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<Failure>());
+        if let Some(f) = failure {
+            return match f {
+                Failure::Named(cause) => !matches!(
+                    cause,
+                    NetCause::DnsFailed(_)
+                        | NetCause::ConnectTimeout(_)
+                        | NetCause::ConnectRefused(_)
+                        | NetCause::ConnectionReset(_)
+                        | NetCause::ResponseTimeout { .. }
+                        | NetCause::AnchorUnreachable(_)
+                ),
+                Failure::Status(status) => !status.is_server_error(),
+                Failure::Request(_) => false,
+                Failure::Unauthorized
+                | Failure::Redirect(_)
+                | Failure::RedirectElsewhere(_)
+                | Failure::UploadTooLarge => true,
+            };
+        }
+        next = e.source();
+    }
+    false
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

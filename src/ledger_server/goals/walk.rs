@@ -210,13 +210,11 @@ pub fn derive(mut rows: Vec<TaskRow>, for_good: bool, now_ms: i64) -> Walk {
                     w.withdrawn(v, who, &one_line(&reason, DETAIL_CHARS), for_good);
                 }
             }
-            VerdictKind::Parked | VerdictKind::Reopened => {
-                let text = match v.kind {
-                    VerdictKind::Parked => format!("parked: {}", parked_reason(v)),
-                    _ => "reopened".to_string(),
-                };
-                w.note(v.created_ms, format!("{text} (by {})", who_of(v)));
+            VerdictKind::Parked => {
+                let text = format!("parked by {}: {}", who_of(v), parked_reason(v));
+                w.note(v.created_ms, text);
             }
+            VerdictKind::Reopened => w.note(v.created_ms, format!("reopened by {}", who_of(v))),
             VerdictKind::Pending(_) | VerdictKind::Fixed | VerdictKind::Discarded => {
                 w.verdict(v, claims::holder(&verdicts[..i], v.created_ms));
             }
