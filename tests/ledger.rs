@@ -893,6 +893,119 @@ fn sigterm_under_a_write_load_drains_exits_0_and_loses_no_acknowledged_write() {
     all_readable(&l, &k, &acked);
 }
 
+/// A tmpfs of its own, unmounted when dropped (after whatever used it).
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(at: std::path::PathBuf, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(&at).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs for the full-disk test needs root (CI runs as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk(at)
+    }
+
+    /// Fills the disk with one file, then gives `keep` bytes of it back: the file.
+    fn fill_leaving(&self, keep: u64) -> std::path::PathBuf {
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        let len = f.metadata().unwrap().len();
+        f.set_len(len.saturating_sub(keep)).unwrap();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_is_named_store_full_reads_go_on_and_writes_resume_once_space_returns() {
+    let env = TestEnv::new();
+    let disk = SmallDisk::mount(env.path("small-disk"), "16m");
+    let l = env.ledger_in(disk.0.join("ledger"), &[]);
+    let (_, k) = l.create_key(&env, "default", "read,write");
+    let filler = disk.fill_leaving(1024 * 1024);
+
+    let write = |i: usize| {
+        let pointer = json!({"type": "concept_create_write", "conceptData": {
+            "content": format!("item {i} {}", "z".repeat(16 * 1024)), "shape": "load", "source_type": "memo"}});
+        resolve(&l, &k, pointer)
+    };
+    let mut acked = Vec::new();
+    let full = (0..2000).find_map(|i| {
+        let (status, v) = write(i);
+        match status {
+            201 => {
+                acked.push(id(&v["concept"]));
+                None
+            }
+            other => Some((other, v)),
+        }
+    });
+    let (status, v) = full.expect("the disk filled within 2,000 writes");
+    assert_eq!(status, 507, "{v}");
+    assert_eq!(v["error"], "store_full", "{v}");
+    assert!(
+        v["detail"].as_str().unwrap().contains("free disk space"),
+        "{v}"
+    );
+    let (status, v) = resolve(
+        &l,
+        &k,
+        json!({"type": "conceptSearch", "shape": "load", "limit": 1}),
+    );
+    assert_eq!(status, 200, "reads go on while the disk is full: {v}");
+    // A cell's command hears it as an outage (exit 2), which the entrypoint waits out.
+    let (_, origin) = env.origin("app", &[("a.py", "x = 1\n")]);
+    let out = env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &origin,
+        "--file",
+        "a.py",
+        "--summary",
+        "while full",
+        "--severity",
+        "LOW",
+        "--category",
+        "task",
+    ]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("the ledger is unavailable for now") && out.stderr.contains("store"),
+        "{out:?}"
+    );
+
+    std::fs::remove_file(filler).unwrap();
+    let (status, v) = write(9999);
+    assert_eq!(status, 201, "writes resume once space returns: {v}");
+    acked.push(id(&v["concept"]));
+    all_readable(&l, &k, &acked);
+    let conn = rusqlite::Connection::open(disk.0.join("ledger/ledger.db")).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    drop(conn);
+    drop(l);
+}
+
 #[test]
 fn acknowledged_writes_survive_kill_9() {
     let env = TestEnv::new();

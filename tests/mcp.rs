@@ -1035,3 +1035,47 @@ fn a_message_before_initialize_that_is_not_json_is_answered_and_initialize_still
         "the server did not end when stdin closed"
     );
 }
+
+/// A ledger outage under a running server: the tools answer its cause while it lasts, and the
+/// first call after the ledger is back works, with no restart of `serve`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ledger_outage_is_named_by_the_tools_and_the_next_call_after_it_works() {
+    let env = TestEnv::new();
+    let mut ledger = env.ledger("main", &[]);
+    let (_bare, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
+    let one = env.path("one");
+    env.git(
+        env.root.path(),
+        &["clone", "-q", &url, &one.display().to_string()],
+    );
+    let task = env.record_task(&url, "make a() return 2", "HIGH")["finding_ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let s = Session::start(&env, &one, Client::default()).await;
+    let before = s.ok("get_problems", json!({})).await;
+    assert!(before.contains(&task), "{before}");
+
+    let _ = ledger.child.kill();
+    let _ = ledger.child.wait();
+    let (during, _) = s.call("get_problems", json!({})).await;
+    assert!(
+        during.contains("recall did not run: anchor_unreachable")
+            && during.contains("connect_refused"),
+        "the outage is named, not reported as no findings: {during}"
+    );
+
+    ledger.restart();
+    let mut after = String::new();
+    // The attachment retries a transient cause on its own schedule; a call soon after the
+    // ledger is back finds it.
+    for _ in 0..40 {
+        after = s.call("get_problems", json!({})).await.0;
+        if after.contains(&task) && !after.contains("recall did not run") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(after.contains(&task), "{after}");
+    assert!(!after.contains("recall did not run"), "{after}");
+}

@@ -114,6 +114,13 @@ impl ResolveError {
             _ => false,
         }
     }
+
+    /// The ledger answered that it cannot serve this now (anchor: is_unavailable): a gateway's
+    /// 502 or 504, a 503 (a budget ran out, the store is contended), or a 507 (its store is
+    /// full). Like an outage, it clears by itself; a cell waits it out.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, ResolveError::Answer { status, .. } if matches!(status, 502..=504 | 507))
+    }
 }
 
 impl Resolved {

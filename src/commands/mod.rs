@@ -89,6 +89,10 @@ pub(crate) fn cell_error(context: &str, e: crate::cell::CellError) -> crate::err
         CellError::Ledger(e) if e.is_detachment() => CliError::not_attached(format!(
             "{context}: not attached: {e}; nothing more was sent (diagnose with `metabob-mcp attach --check`)"
         )),
+        // Exit 2 as for an outage, so that whoever waits out the one waits out the other.
+        CellError::Ledger(e) if e.is_unavailable() => CliError::not_attached(format!(
+            "{context}: the ledger is unavailable for now: {e}; try again shortly"
+        )),
         // The guard's refusal already names the command it refused for.
         CellError::Outgoing(refusal) => CliError::failure(refusal.to_string()),
         other => CliError::failure(format!("{context}: {other}")),

@@ -598,7 +598,7 @@ fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) {
     if let Err(e) = lw.conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!("the ledger could not begin a write: {e}");
         for job in waiting {
-            job.answer(Some(ApiError::Database));
+            job.answer(Some(write_failure(&e)));
         }
         return;
     }
@@ -650,15 +650,24 @@ fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) {
         }
     }
     let failed = match lw.conn.execute_batch("COMMIT") {
-        Ok(()) => false,
+        Ok(()) => None,
         Err(e) => {
             tracing::error!("the ledger could not commit {} writes: {e}", done.len());
             let _ = lw.conn.execute_batch("ROLLBACK");
-            true
+            Some(e)
         }
     };
     for job in done {
-        job.answer(failed.then_some(ApiError::Database));
+        job.answer(failed.as_ref().map(write_failure));
+    }
+}
+
+/// What a write's caller hears when the transaction around it failed: a full disk by name
+/// (cells wait it out), anything else as the database's failure.
+fn write_failure(e: &rusqlite::Error) -> ApiError {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DiskFull) => ApiError::StoreFull,
+        _ => ApiError::Database,
     }
 }
 

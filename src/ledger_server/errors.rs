@@ -112,6 +112,9 @@ pub enum ApiError {
         bytes: usize,
         max_bytes: usize,
     },
+    /// The store has no space left for the write: nothing was written, reads go on.
+    #[error("store_full: the ledger's store has no space left")]
+    StoreFull,
     /// The body did not arrive within the idle timeout (a half-sent request).
     #[error("request_timeout: the body did not arrive within {timeout_ms} ms")]
     RequestTimeout { timeout_ms: u64 },
@@ -173,6 +176,7 @@ impl ApiError {
             ApiError::ForwardUnreachable { .. } | ApiError::ForwardTimeout { .. } => {
                 StatusCode::BAD_GATEWAY
             }
+            ApiError::StoreFull => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Database | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Status(status) => *status,
         }
@@ -200,6 +204,10 @@ impl ApiError {
             ApiError::MethodNotAllowed { method, path } => json!({
                 "error": "method_not_allowed",
                 "detail": format!("{} does not answer {method}; the Allow header lists what it does", shorten(path)),
+            }),
+            ApiError::StoreFull => json!({
+                "error": "store_full",
+                "detail": "the ledger's store has no space left and nothing was written; free disk space where its data lives (the --data directory, or the PostgreSQL server's data directory), and writes resume; reads go on meanwhile",
             }),
             ApiError::RowTooLarge {
                 field,
@@ -286,8 +294,13 @@ fn shorten(path: &str) -> String {
 
 impl From<rusqlite::Error> for ApiError {
     fn from(e: rusqlite::Error) -> Self {
-        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) {
-            return ApiError::Interrupted;
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::OperationInterrupted) => return ApiError::Interrupted,
+            Some(rusqlite::ErrorCode::DiskFull) => {
+                tracing::error!("ledger database: {e}");
+                return ApiError::StoreFull;
+            }
+            _ => {}
         }
         // The database's words go to the operator, never to the caller.
         tracing::error!("ledger database: {e}");
@@ -300,6 +313,10 @@ impl From<postgres::Error> for ApiError {
         use postgres::error::SqlState;
         match e.code() {
             Some(c) if *c == SqlState::QUERY_CANCELED => return ApiError::Interrupted,
+            Some(c) if *c == SqlState::DISK_FULL => {
+                tracing::error!("ledger database: {e}");
+                return ApiError::StoreFull;
+            }
             Some(c)
                 if *c == SqlState::T_R_DEADLOCK_DETECTED
                     || *c == SqlState::T_R_SERIALIZATION_FAILURE =>

@@ -220,6 +220,12 @@ impl TestEnv {
         Ledger::start(self, data, None, extra)
     }
 
+    /// Starts `ledger serve` on SQLite in `data`, wherever that is (a small disk, say), whatever
+    /// store the run puts the other ledgers on.
+    pub fn ledger_in(&self, data: PathBuf, extra: &[&str]) -> Ledger {
+        Ledger::start(self, data, None, extra)
+    }
+
     /// Starts `ledger serve` on the store at `store_url` (`postgres://...`), e.g. a second
     /// process over one database. `data` names a dir that stays empty.
     pub fn ledger_on(&self, name: &str, store_url: &str, extra: &[&str]) -> Ledger {
