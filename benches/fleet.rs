@@ -5,6 +5,7 @@
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- writes [--clients 1,8,32,128] [--seconds 5] [--store sqlite,pg1,pg2]
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- race [--pullers 1,32] [--tasks 50] [--paths take,read_back]
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS]
+//!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- soak --seconds 600 [--cells 4] [--tasks 8] [--store sqlite,pg2] --deadline 1800
 //! Common options: `--deadline SECS` (hard bound on the mode's wall time, default 600) and
 //! `--dir DIR` (where the temp dir goes, default the system temp dir: the raw SQLite file and
 //! the ledgers' data share it, so both sit on the same filesystem).
@@ -13,7 +14,8 @@
 //! replicas over one fresh database of a PostgreSQL cluster the bench starts in a temp dir
 //! beside its own (same filesystem), with the load split between them. `--run-deadline SECS`
 //! (fleet) bounds each simulation on its own as well, so one slow store cannot eat the others'
-//! time.
+//! time. `soak` runs the chaos soak (tests/support/soak.rs, whose minute-long run is in the
+//! test suite) for `--seconds` of chaos on each store and fails when an invariant broke.
 //!
 //! Prints Markdown tables for docs/benchmarks.md on stdout; progress goes to stderr.
 
@@ -36,6 +38,8 @@ use tokio::time::{sleep_until, timeout};
 mod pg;
 #[path = "fleet/sim.rs"]
 mod sim;
+#[path = "../tests/support/soak.rs"]
+mod soak;
 
 /// Built by Cargo for bench targets in the same profile, so the ledger measured is the one the
 /// bench was compiled with.
@@ -66,7 +70,8 @@ fn main() -> ExitCode {
 
 const USAGE: &str = "usage: fleet writes [--clients 1,8,32,128] [--seconds 5] [--store sqlite,pg1,pg2] [--deadline 600] [--dir DIR]\n       \
                      fleet race [--pullers 1,32] [--tasks 50] [--paths take,read_back] [--deadline 600] [--dir DIR]\n       \
-                     fleet fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS] [--deadline 600] [--dir DIR]";
+                     fleet fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS] [--deadline 600] [--dir DIR]\n       \
+                     fleet soak [--seconds 600] [--cells 4] [--tasks 8] [--store sqlite,pg2] [--deadline 1800] [--dir DIR]";
 
 fn run() -> Res<()> {
     // `cargo bench` appends `--bench` to a harness-less target's arguments.
@@ -87,7 +92,7 @@ fn run() -> Res<()> {
         .tempdir_in(&parent)
         .map_err(|e| format!("temp dir: {e}"))?;
     // Only the modes that take --store start a cluster, and only when a pg store is named.
-    let pg = if matches!(mode.as_str(), "writes" | "fleet")
+    let pg = if matches!(mode.as_str(), "writes" | "fleet" | "soak")
         && opts.stores.iter().any(|s| matches!(s, Store::Pg { .. }))
     {
         eprintln!(
@@ -113,6 +118,7 @@ fn run() -> Res<()> {
                 "writes" => writes(&bench, &opts, deadline).await,
                 "race" => race(&bench, &opts, deadline).await,
                 "fleet" => fleet(&bench, &opts, deadline).await,
+                "soak" => soak_mode(&bench, &opts, deadline),
                 _ => Err(USAGE.into()),
             }
         };
@@ -144,7 +150,8 @@ impl Opts {
     fn parse(args: &[String]) -> Res<Opts> {
         let mut o = Opts {
             clients: vec![1, 8, 32, 128],
-            cells: vec![1, 8, 32, 128, 1000],
+            // Each mode's own default when not given (see `cells_or`).
+            cells: Vec::new(),
             seconds: 5.0,
             pullers: vec![1, 32],
             tasks: 50,
@@ -219,6 +226,16 @@ impl Opts {
             }
         }
         Ok(o)
+    }
+}
+
+impl Opts {
+    fn cells_or(&self, default: &[usize]) -> Vec<usize> {
+        if self.cells.is_empty() {
+            default.to_vec()
+        } else {
+            self.cells.clone()
+        }
     }
 }
 
@@ -1451,7 +1468,7 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
     println!("{lead_rule}|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut notes = Vec::new();
     for &path in &opts.paths {
-        for &n in &opts.cells {
+        for n in opts.cells_or(&[1, 8, 32, 128, 1000]) {
             // Stores inside: the stores of one size run back to back, so a disturbance on the
             // shared machine lands on neighbours that are compared.
             for &store in &opts.stores {
@@ -1523,6 +1540,65 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
     }
     for note in notes {
         println!("{note}");
+    }
+    Ok(())
+}
+
+/// The chaos soak on each store: the first `--cells` count (default 4), `--tasks` to start
+/// with, `--seconds` of chaos; its table row, and an error when an invariant broke.
+fn soak_mode(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
+    println!("{}", soak::Report::TABLE_HEAD);
+    let cells = opts.cells_or(&[4])[0];
+    let mut notes = Vec::new();
+    for &store in &opts.stores {
+        if Instant::now() >= deadline {
+            notes.push(format!("- {}: not run, the deadline passed", store.name()));
+            continue;
+        }
+        let h = bench.fresh(&format!("soak-{}", store.name()))?;
+        let (store_args, replicas) = match store {
+            Store::Sqlite => (h.sqlite_args(), 1),
+            Store::Pg { replicas } => (
+                vec!["--store".into(), bench.cluster()?.fresh_database()?],
+                replicas,
+            ),
+        };
+        let root = h.dir.join("soak");
+        std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+        let plan = soak::Plan {
+            bin: PathBuf::from(BIN),
+            repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            root,
+            vars: h.vars.clone(),
+            store: store_args,
+            replicas,
+            cells,
+            tasks: opts.tasks,
+            chaos_for: Duration::from_secs_f64(opts.seconds),
+            settle_for: Duration::from_secs(300),
+            seed: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(23, |d| d.as_secs()),
+        };
+        eprintln!(
+            "fleet: soak, {} store, {cells} cells, {:.0} s of chaos (seed {})",
+            store.name(),
+            opts.seconds,
+            plan.seed
+        );
+        // The soak runs on threads and processes of its own; this runtime only waits for it.
+        let report = tokio::task::block_in_place(|| soak::run(&plan))?;
+        println!("{}", report.table_row(&store.name(), cells));
+        for v in report.violations() {
+            notes.push(format!("- {}: {v}", store.name()));
+        }
+    }
+    let broken = notes.iter().any(|n| !n.ends_with("the deadline passed"));
+    for note in &notes {
+        println!("{note}");
+    }
+    if broken {
+        return Err("the soak found broken invariants (listed above)".into());
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ cargo test --locked --test runner --lib "$@"
 # The same ledger tests on the PostgreSQL store: each ledger gets its own database of one
 # cluster the test process starts and stops. The goal board's tests read the SQLite file itself.
 METABOB_TEST_STORE=postgres cargo test --locked --test runner -- \
-  ledger:: take:: concepts:: parking:: hostile::rows_at attach::a_revoked_key --skip goals_ledger::
+  ledger:: take:: concepts:: parking:: hostile::rows_at soak:: attach::a_revoked_key --skip goals_ledger::
 # A third-party MCP client: the official Python SDK drives the binary the tests built.
 venv=target/mcp-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

@@ -24,6 +24,7 @@ mod net;
 mod parking;
 mod quickstart;
 mod refs;
+mod soak;
 mod spec;
 mod support;
 mod take;

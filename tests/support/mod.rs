@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 mod normalize;
 pub mod pg;
+pub mod soak;
 pub use normalize::{layout, normalize, seen, snapshot, verbatim};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_metabob-mcp");
