@@ -210,17 +210,18 @@ fn the_cell_image_with_no_ledger_configured_exits_2_naming_the_cause() {
 }
 
 /// The git server: a bare `app.git` whose main holds `files`, served by `git daemon` with
-/// pushes enabled, in a container built from the same base image.
+/// pushes enabled, in a container built from the same base image. A restarted container serves
+/// the repository it has.
 fn git_server(fleet: &mut Fleet, files: &[&str]) -> Running {
     let mut script = String::from(
-        "set -eu; mkdir -p /seed /srv; cd /seed; git init -q -b main; \
+        "set -eu; if [ ! -d /srv/app.git ]; then mkdir -p /seed /srv; cd /seed; git init -q -b main; \
          git config user.name seed; git config user.email seed@example.invalid; ",
     );
     for f in files {
         script.push_str(&format!("echo 'x = 1' > {f}; "));
     }
     script.push_str(
-        "git add -A; git commit -q -m initial; git clone -q --bare /seed /srv/app.git; \
+        "git add -A; git commit -q -m initial; git clone -q --bare /seed /srv/app.git; fi; \
          exec git daemon --reuseaddr --export-all --enable=receive-pack --base-path=/srv /srv",
     );
     let (name, tag) = BASE.split_once(':').expect("name:tag");
@@ -790,6 +791,51 @@ fn three_cells_mid_task_wait_out_a_killed_and_restarted_ledger_and_close_every_t
         assert_eq!(w.fixes_on_main(id), 1);
     }
     assert!(w.board("claimed").is_empty(), "no claim is left held");
+}
+
+#[test]
+fn a_git_server_down_mid_task_parks_nothing_and_every_task_closes_once_it_is_back() {
+    let mut w = world(&[("a.py", ""), ("b.py", ""), ("c.py", "")]);
+    let cells: Vec<Running> = (1..=3)
+        .map(|n| w.cell(&format!("cell{n}"), "sleep 4; sh /harness.sh", &[]))
+        .collect();
+    for c in &cells {
+        wait_log(c, "pulled ");
+    }
+    // Down while the harnesses work: their fetch before the push meets a dead server.
+    let ip = w
+        .git
+        .get_bridge_ip_address()
+        .expect("the git server's address");
+    kill(&w.git);
+    std::thread::sleep(Duration::from_secs(10));
+    w.git.start().expect("restart the git server");
+    assert_eq!(
+        w.git
+            .get_bridge_ip_address()
+            .expect("the git server's address"),
+        ip,
+        "the restarted git server keeps its address (the cells know it by /etc/hosts)"
+    );
+    wait_for(
+        "git daemon serving app.git again",
+        Duration::from_secs(30),
+        || exec(&w.git, &["git", "ls-remote", "git://127.0.0.1/app.git"]).code == 0,
+    );
+    for c in &cells {
+        w.exits(c, 0);
+    }
+    // (A fetch may also just wait in its connect until the server is back: either way the
+    // outage is waited out.)
+    let l: String = cells.iter().map(logs).collect();
+    for id in &w.ids {
+        assert_eq!(closed_in(&l, id), 1, "{id}:\n{l}");
+        assert_eq!(w.fixes_on_main(id), 1);
+    }
+    assert!(
+        w.board("parked").is_empty(),
+        "an origin that was down parks nothing"
+    );
 }
 
 /// A harness that, the first `n` times it runs in this container, lands a change to the same

@@ -513,7 +513,15 @@ impl<'a> Claimer<'a> {
             recall_truncated,
             claim_path: self.path,
         };
-        if tasks.open() > 0 && report.candidates.iter().any(|c| c.outcome.may_come_free()) {
+        // A task given back while the origin was away may be one the take found past the
+        // recall, which `tasks` does not count.
+        let origin_away = report
+            .candidates
+            .iter()
+            .any(|c| c.outcome == CandidateOutcome::Withdrawn);
+        if (tasks.open() > 0 || origin_away)
+            && report.candidates.iter().any(|c| c.outcome.may_come_free())
+        {
             let at = self.retry_at.unwrap_or(now_ms() + UNSETTLED_RETRY_MS);
             report.status = PullStatus::TryLater;
             report.retry_after = Some(rfc3339_ms(at));
