@@ -86,6 +86,25 @@ impl World {
             .collect()
     }
 
+    /// Pulls into `cell` and gives the task back as failed there: `task release --failed`.
+    fn fail(&self, cell: &str, extra: &[&str]) -> Output {
+        let (code, v) = self.pull(cell);
+        assert_eq!(code, 0, "{v}");
+        let t = self.task_dir(cell);
+        let reason = "the harness failed";
+        let mut args = vec![
+            "task",
+            "release",
+            "--task-dir",
+            &t,
+            "--failed",
+            "--reason",
+            reason,
+        ];
+        args.extend_from_slice(extra);
+        self.env.run(&args)
+    }
+
     fn in_group(&self, group: &str, id: &str) -> Option<Value> {
         self.board(group).into_iter().find(|t| t["task_id"] == id)
     }
@@ -185,19 +204,7 @@ fn failures_in_two_cells_park_a_task_and_a_cell_is_not_offered_a_task_it_failed(
     let w = world(&[]);
     let id = w.record("HIGH", "a.py", "");
     let fail = |cell: &str| -> Value {
-        let (code, v) = w.pull(cell);
-        assert_eq!(code, 0, "{v}");
-        let t = w.task_dir(cell);
-        let out = w.env.run(&[
-            "task",
-            "release",
-            "--task-dir",
-            &t,
-            "--failed",
-            "--reason",
-            "the harness failed",
-            "--json",
-        ]);
+        let out = w.fail(cell, &["--json"]);
         assert_eq!(out.code, 0, "{out:?}");
         json(&out)
     };
@@ -207,10 +214,14 @@ fn failures_in_two_cells_park_a_task_and_a_cell_is_not_offered_a_task_it_failed(
         first.get("parked").is_none(),
         "one cell's failure parks nothing: {first}"
     );
-    // The same cell is not offered it again; another cell is.
+    // The same cell is not offered it again, nor can it renew it; another cell is.
     let (code, v) = w.pull("c1");
     assert_eq!(code, 3, "{v}");
     assert!(w.in_group("open", &id).is_some());
+    let renew = w
+        .env
+        .run(&["task", "renew", "--task-dir", &w.task_dir("c1")]);
+    assert_eq!(renew.code, 1, "{renew:?}");
 
     let second = fail("c2");
     let parked = &second["parked"];
@@ -233,46 +244,15 @@ fn failures_in_two_cells_park_a_task_and_a_cell_is_not_offered_a_task_it_failed(
 }
 
 #[test]
-fn the_take_passes_over_a_task_this_cell_failed_and_names_why() {
-    let w = world(&[]);
-    let id = w.record("HIGH", "a.py", "");
-    assert_eq!(w.pull("c1").0, 0);
-    let t = w.task_dir("c1");
-    let out = w
-        .env
-        .run(&["task", "release", "--task-dir", &t, "--failed"]);
-    assert_eq!(out.code, 0, "{out:?}");
-    // The failure as the ledger's take weighs it, even for a cell whose recall would not show it.
-    let (code, v) = w.pull("c1");
-    assert_eq!(code, 3, "{v}");
-    let candidates = v["candidates"].as_array().unwrap();
-    assert!(
-        candidates.is_empty()
-            || candidates
-                .iter()
-                .all(|c| c["task_id"] == id.as_str() && c["outcome"] == "failed_here"),
-        "{v}"
-    );
-    let out = w.env.run(&["task", "renew", "--task-dir", &t]);
-    assert_eq!(
-        out.code, 1,
-        "a cell that failed a task cannot renew it: {out:?}"
-    );
-}
-
-#[test]
 fn park_after_is_the_fleets_setting() {
     let mut w = world(&[]);
     w.env.set("METABOB_PARK_AFTER", "1");
     let id = w.record("HIGH", "a.py", "");
-    assert_eq!(w.pull("c1").0, 0);
-    let t = w.task_dir("c1");
-    let out = w
-        .env
-        .run(&["task", "release", "--task-dir", &t, "--failed"]);
+    let out = w.fail("c1", &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("parked: one cell failed it"), "{out:?}");
     assert!(w.in_group("parked", &id).is_some());
+    let t = w.task_dir("c1");
     w.env.set("METABOB_PARK_AFTER", "0");
     let out = w
         .env
