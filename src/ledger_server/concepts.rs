@@ -943,3 +943,42 @@ pub fn client_claim(pointer: &Map<String, Value>) -> Result<Option<&Value>, ApiE
         Some(_) => Err(ApiError::bad("pointer.client_claim: must be an object")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(page: &Page) -> Vec<String> {
+        page.rows
+            .iter()
+            .map(|r| match r {
+                PageRow::Load(id) => id.clone(),
+                PageRow::Skipped(id, _) => format!("skipped {id}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_page_stops_at_its_bytes_and_names_a_row_no_reader_accepts() {
+        let max = i64::try_from(max_row_bytes()).expect("small");
+        let budget = i64::try_from(PAGE_BYTES).expect("small");
+        let sized = |rows: &[(&str, i64)]| -> Vec<(String, i64)> {
+            rows.iter().map(|(id, n)| (id.to_string(), *n)).collect()
+        };
+        // Rows at the bound: as many as fit the page's bytes, then the page ends.
+        let names: Vec<String> = (0..40).map(|i| format!("r{i}")).collect();
+        let rows: Vec<(&str, i64)> = names.iter().map(|n| (n.as_str(), max)).collect();
+        let page = Page::cut(sized(&rows));
+        let fit = usize::try_from(budget / max).expect("small");
+        assert_eq!(page.load.len(), fit);
+        assert_eq!((page.consumed, page.cut_short), (fit, true));
+        let page = Page::cut(sized(&[("a", 10), ("b", max + 1), ("c", 5)]));
+        assert_eq!(ids(&page), ["a", "skipped b", "c"]);
+        assert_eq!(page.load, ["a", "c"]);
+
+        // Rows that fit are all answered; an oversized first row never blocks the page.
+        let page = Page::cut(sized(&[("x", max + 5), ("y", max), ("z", 1)]));
+        assert_eq!(ids(&page), ["skipped x", "y", "z"]);
+        assert_eq!((page.consumed, page.cut_short), (3, false));
+    }
+}
