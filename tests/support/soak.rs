@@ -63,7 +63,9 @@ pub struct Report {
     pub left_open: Vec<String>,
     /// Tasks a cell set to work on while another cell held them.
     pub doubles: Vec<String>,
-    /// Tasks with more than one `fixed` verdict.
+    /// Tasks with more than one `fixed` verdict: reported, not a violation. A claim that
+    /// passes on after its holder pushed (a pause between push and close) lets the next holder
+    /// land a fix too, and two closes that race may both write (SPEC.md §The chaos soak).
     pub closed_twice: Vec<String>,
     /// Fixes pushed by a cell that held no claim on the task then.
     pub unfenced: Vec<String>,
@@ -87,7 +89,6 @@ impl Report {
             }
         };
         check("tasks handed to two cells at once", &self.doubles);
-        check("tasks closed more than once", &self.closed_twice);
         check("fixes pushed without the claim", &self.unfenced);
         check("acknowledged writes lost", &self.lost);
         check("tasks never closed", &self.left_open);
