@@ -65,6 +65,8 @@ pub fn rank_index_ddl() -> String {
 /// Unqualified, so that an insert can answer them too (SQLite's `RETURNING` takes no alias).
 const CONCEPT_COLS: &str = "seq, id, shape, source_type, summary, content, pointer, budget, \
      priority, times_loaded, times_succeeded, times_failed, created_at, updated_at, client_claim";
+/// How many columns [`CONCEPT_COLS`] names: a column selected after them is at this index.
+const CONCEPT_COLS_COUNT: usize = 15;
 
 /// The concept object every shape answers with.
 // anchor: concept_json
@@ -385,26 +387,26 @@ impl Search {
         )?;
         args.push(self.limit.arg());
         args.push(self.offset.arg());
-        // The page's rows and their sizes first, without their texts; then only the rows that
-        // fit the page's bytes are read whole.
-        let sized = conn.query(
+        // One pass, in order, each row's size read before its texts: the page stops once its
+        // texts would pass the page's bytes, and a row no reader accepts is named, not read.
+        let mut page = Page::new();
+        let mut concepts = Vec::new();
+        conn.query_until(
             &format!(
-                "SELECT c.id, {ROW_BYTES_SQL} FROM concepts c WHERE {filter}
+                "SELECT {CONCEPT_COLS}, {ROW_BYTES_SQL} FROM concepts c WHERE {filter}
                  ORDER BY {RELEVANCE_SQL} DESC, c.seq DESC LIMIT ? OFFSET ?"
             ),
             &args,
-            |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
+            |r| {
+                let size = r.get::<i64>(CONCEPT_COLS_COUNT)?;
+                match page.take(size) {
+                    Take::Stop => return Ok(false),
+                    Take::Skip => concepts.push(skipped_row(&r.get::<String>(1)?, size)),
+                    Take::Read => concepts.push(concept_json(r)?),
+                }
+                Ok(true)
+            },
         )?;
-        let page = Page::cut(sized);
-        let mut loaded = load_concepts(conn, org, &page.load)?;
-        let concepts: Vec<Value> = page
-            .rows
-            .into_iter()
-            .filter_map(|row| match row {
-                PageRow::Load(id) => loaded.remove(&id),
-                PageRow::Skipped(id, bytes) => Some(skipped_row(&id, bytes)),
-            })
-            .collect();
         let mut answer = json!({
             "mode": mode,
             "concepts": concepts,
@@ -413,7 +415,7 @@ impl Search {
             "offset": self.offset,
         });
         if page.cut_short {
-            answer["next_offset"] = (self.offset + page.consumed as i64).into();
+            answer["next_offset"] = (self.offset + page.taken as i64).into();
         }
         Ok(answer)
     }
@@ -424,73 +426,53 @@ const ROW_BYTES_SQL: &str = "CAST(octet_length(c.content) + octet_length(c.summa
      + COALESCE(octet_length(c.pointer), 0) + COALESCE(octet_length(c.client_claim), 0) \
      + octet_length(c.shape) + octet_length(c.source_type) AS BIGINT)";
 
-enum PageRow {
-    Load(String),
+/// What a page does with its next row.
+#[derive(Debug, PartialEq, Eq)]
+enum Take {
+    Read,
     /// Over what every reader accepts (an older row): answered by id and size alone.
-    Skipped(String, i64),
+    Skip,
+    /// The page's bytes are spent: the page ends before this row.
+    Stop,
 }
 
-/// The rows one page answers, in order (anchor: page-cut).
+/// A page's running count of rows and bytes (anchor: page-cut).
 struct Page {
-    rows: Vec<PageRow>,
-    load: Vec<String>,
-    /// How many of the rows asked for the page answers: every one unless `cut_short`.
-    consumed: usize,
+    bytes: i64,
+    read: usize,
+    /// Rows the page answers (read or skipped).
+    taken: usize,
     cut_short: bool,
 }
 
 impl Page {
-    /// Takes rows in order while their texts fit [`PAGE_BYTES`]: always the first row a reader
-    /// accepts, never one it does not (that one is answered as skipped).
-    fn cut(sized: Vec<(String, i64)>) -> Page {
+    fn new() -> Page {
+        Page {
+            bytes: 0,
+            read: 0,
+            taken: 0,
+            cut_short: false,
+        }
+    }
+
+    /// Rows are taken in order while their texts fit [`PAGE_BYTES`]: always the first row a
+    /// reader accepts, never one it does not (that one is answered as skipped).
+    fn take(&mut self, size: i64) -> Take {
         let max_row = i64::try_from(max_row_bytes()).unwrap_or(i64::MAX);
         let budget = i64::try_from(PAGE_BYTES).unwrap_or(i64::MAX);
-        let total_rows = sized.len();
-        let mut page = Page {
-            rows: Vec::new(),
-            load: Vec::new(),
-            consumed: 0,
-            cut_short: false,
+        let take = if size > max_row {
+            Take::Skip
+        } else if self.bytes + size > budget && self.read > 0 {
+            self.cut_short = true;
+            return Take::Stop;
+        } else {
+            self.bytes += size;
+            self.read += 1;
+            Take::Read
         };
-        let mut bytes = 0;
-        for (id, size) in sized {
-            if size > max_row {
-                page.rows.push(PageRow::Skipped(id, size));
-            } else if bytes + size > budget && !page.load.is_empty() {
-                break;
-            } else {
-                bytes += size;
-                page.load.push(id.clone());
-                page.rows.push(PageRow::Load(id));
-            }
-            page.consumed += 1;
-        }
-        page.cut_short = page.consumed < total_rows;
-        page
+        self.taken += 1;
+        take
     }
-}
-
-/// The concepts `ids` of `org`, by id.
-fn load_concepts(
-    conn: Sql<'_>,
-    org: &str,
-    ids: &[String],
-) -> Result<std::collections::HashMap<String, Value>, ApiError> {
-    if ids.is_empty() {
-        return Ok(Default::default());
-    }
-    let marks = vec!["?"; ids.len()].join(", ");
-    let mut bound = vec![org.arg()];
-    bound.extend(ids.iter().map(|id| id.arg()));
-    let rows = conn.query(
-        &format!("SELECT {CONCEPT_COLS} FROM concepts c WHERE c.org_id = ? AND c.id IN ({marks})"),
-        &bound,
-        concept_json,
-    )?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|c| Some((c.get("id")?.as_str()?.to_string(), c)))
-        .collect())
 }
 
 /// A loaded concept's stored texts in bytes, as [`ROW_BYTES_SQL`] counts them.
@@ -601,7 +583,9 @@ impl Graph {
         found.sort_by_key(|(_, e)| std::cmp::Reverse(e.seq));
         found.truncate(self.limit as usize);
         let mut edges = Vec::with_capacity(found.len());
-        let (mut bytes, mut truncated) = (0, false);
+        // Bounded like a search page: a neighbour no reader accepts is named, and the edges stop
+        // once their rows fill a page.
+        let mut page = Page::new();
         for (direction, e) in found {
             let other = if direction == "outgoing" {
                 &e.to_id
@@ -609,22 +593,16 @@ impl Graph {
                 &e.from_id
             };
             let neighbor = load_concept(conn, org, other)?;
-            // Bounded like a search page: a neighbour no reader accepts is named, and the
-            // edges stop once their rows fill a page.
-            let size = row_bytes(&neighbor);
-            let neighbor = if size > max_row_bytes() {
-                skipped_row(other, i64::try_from(size).unwrap_or(i64::MAX))
-            } else if bytes + size > PAGE_BYTES && !edges.is_empty() {
-                truncated = true;
-                break;
-            } else {
-                bytes += size;
-                neighbor
+            let size = i64::try_from(row_bytes(&neighbor)).unwrap_or(i64::MAX);
+            let neighbor = match page.take(size) {
+                Take::Stop => break,
+                Take::Skip => skipped_row(other, size),
+                Take::Read => neighbor,
             };
             edges.push(json!({ "direction": direction, "edge": e.json, "neighbor": neighbor }));
         }
         let mut answer = json!({ "root": root, "edges": edges });
-        if truncated {
+        if page.cut_short {
             answer["truncated"] = true.into();
         }
         Ok(answer)
@@ -948,37 +926,33 @@ pub fn client_claim(pointer: &Map<String, Value>) -> Result<Option<&Value>, ApiE
 mod tests {
     use super::*;
 
-    fn ids(page: &Page) -> Vec<String> {
-        page.rows
-            .iter()
-            .map(|r| match r {
-                PageRow::Load(id) => id.clone(),
-                PageRow::Skipped(id, _) => format!("skipped {id}"),
-            })
-            .collect()
+    fn cut(sizes: &[i64]) -> (Vec<Take>, Page) {
+        let mut page = Page::new();
+        let mut takes = Vec::new();
+        for &size in sizes {
+            let take = page.take(size);
+            let stop = take == Take::Stop;
+            takes.push(take);
+            if stop {
+                break;
+            }
+        }
+        (takes, page)
     }
 
     #[test]
     fn a_page_stops_at_its_bytes_and_names_a_row_no_reader_accepts() {
         let max = i64::try_from(max_row_bytes()).expect("small");
         let budget = i64::try_from(PAGE_BYTES).expect("small");
-        let sized = |rows: &[(&str, i64)]| -> Vec<(String, i64)> {
-            rows.iter().map(|(id, n)| (id.to_string(), *n)).collect()
-        };
         // Rows at the bound: as many as fit the page's bytes, then the page ends.
-        let names: Vec<String> = (0..40).map(|i| format!("r{i}")).collect();
-        let rows: Vec<(&str, i64)> = names.iter().map(|n| (n.as_str(), max)).collect();
-        let page = Page::cut(sized(&rows));
+        let (takes, page) = cut(&[max; 40]);
         let fit = usize::try_from(budget / max).expect("small");
-        assert_eq!(page.load.len(), fit);
-        assert_eq!((page.consumed, page.cut_short), (fit, true));
-        let page = Page::cut(sized(&[("a", 10), ("b", max + 1), ("c", 5)]));
-        assert_eq!(ids(&page), ["a", "skipped b", "c"]);
-        assert_eq!(page.load, ["a", "c"]);
-
-        // Rows that fit are all answered; an oversized first row never blocks the page.
-        let page = Page::cut(sized(&[("x", max + 5), ("y", max), ("z", 1)]));
-        assert_eq!(ids(&page), ["skipped x", "y", "z"]);
-        assert_eq!((page.consumed, page.cut_short), (3, false));
+        assert_eq!(takes.len(), fit + 1);
+        assert_eq!(takes.last(), Some(&Take::Stop));
+        assert_eq!((page.taken, page.cut_short), (fit, true));
+        // An oversized row is skipped wherever it stands, the first included.
+        let (takes, page) = cut(&[max + 5, 10, max + 1, 5]);
+        assert_eq!(takes, [Take::Skip, Take::Read, Take::Skip, Take::Read]);
+        assert_eq!((page.taken, page.cut_short), (4, false));
     }
 }

@@ -295,6 +295,42 @@ impl<'c> Sql<'c> {
         }
     }
 
+    /// The rows of one query through `f` until it answers `false` (anchor: query_until): the
+    /// rest are never stepped to on SQLite, and never kept on PostgreSQL; a column `f` does not
+    /// read is not copied out.
+    pub fn query_until(
+        self,
+        sql: &str,
+        args: &[Arg],
+        mut f: impl FnMut(&Row<'_>) -> Result<bool, ApiError>,
+    ) -> Result<(), ApiError> {
+        match self {
+            Sql::Lite(c) => {
+                let mut stmt = c.prepare_cached(sql)?;
+                let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+                while let Some(r) = rows.next()? {
+                    if !f(&Row::Lite(r))? {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Sql::Pg(c) => {
+                use postgres::fallible_iterator::FallibleIterator;
+                let stmt = c.statement(sql, args)?;
+                let params: Vec<_> = args.iter().map(Arg::pg).collect();
+                let mut client = c.client.borrow_mut();
+                let mut rows = client.query_raw(&stmt, params)?;
+                while let Some(r) = rows.next()? {
+                    if !f(&Row::Pg(&r))? {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// The first row of one query, if any.
     pub fn query_opt<T>(
         self,
