@@ -9,6 +9,7 @@ mod board;
 mod cell;
 mod concepts;
 mod container;
+mod entrypoint;
 mod gaps;
 mod git;
 mod git_https;
