@@ -59,14 +59,22 @@ fn images() {
             (LEDGER, "images/ledger/Dockerfile"),
         ] {
             // The built image's handle is not needed: containers name it by name and tag.
-            let _built = GenericBuildableImage::new(name, tag)
-                .with_dockerfile(repo().join(file))
-                .with_file(BIN, "metabob-mcp")
-                .with_file(repo().join("entrypoint/cell-entrypoint"), "cell-entrypoint")
-                .build_image_with(BuildImageOptions::new().with_build_arg("BASE_IMAGE", BASE))
-                .unwrap_or_else(|e| {
-                    panic!("building {name}:{tag} from {file} needs a running Docker engine: {e}")
-                });
+            // Built twice at most: the engine's build stream has been seen to end early once
+            // ("bytes remaining on stream"), which a second build does not repeat.
+            let build = || {
+                GenericBuildableImage::new(name, tag)
+                    .with_dockerfile(repo().join(file))
+                    .with_file(BIN, "metabob-mcp")
+                    .with_file(repo().join("entrypoint/cell-entrypoint"), "cell-entrypoint")
+                    .build_image_with(BuildImageOptions::new().with_build_arg("BASE_IMAGE", BASE))
+            };
+            let _built = build().or_else(|first| {
+                eprintln!("building {name}:{tag} failed ({first}); building it once more");
+                build()
+            });
+            let _built = _built.unwrap_or_else(|e| {
+                panic!("building {name}:{tag} from {file} needs a running Docker engine: {e}")
+            });
         }
     });
 }
