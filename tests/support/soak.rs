@@ -297,9 +297,40 @@ impl Fleet<'_> {
             .map_err(|e| format!("cell {n}: {e}"))
     }
 
-    fn cell_group(&self, n: usize) -> Option<String> {
-        let cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
-        cells[n].as_ref().map(|c| format!("-{}", c.id()))
+    /// Every process of cell `n`, its harness's own session included, as a container holds
+    /// them all: found by the environment the soak gave the cell (`/proc/*/environ`).
+    fn cell_pids(&self, n: usize) -> Vec<String> {
+        let mine = [
+            format!("VESSEL_ID=cell-{n}"),
+            format!(
+                "SOAK_STARTS={}",
+                self.plan.root.join("starts.log").display()
+            ),
+        ];
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        procs
+            .flatten()
+            .filter_map(|p| {
+                let pid = p.file_name().to_str()?.parse::<u32>().ok()?;
+                let environ = std::fs::read(p.path().join("environ")).ok()?;
+                let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+                mine.iter()
+                    .all(|m| vars.contains(&m.as_bytes()))
+                    .then(|| pid.to_string())
+            })
+            .collect()
+    }
+
+    /// Signals every process of cell `n` (`docker kill`, `docker pause` and `unpause` reach
+    /// them all alike).
+    fn signal_cell(&self, sig: &str, n: usize) -> bool {
+        let pids = self.cell_pids(n);
+        for pid in &pids {
+            signal(sig, pid);
+        }
+        !pids.is_empty()
     }
 
     fn kill_cell(&self, n: usize) {
@@ -308,6 +339,8 @@ impl Fleet<'_> {
             signal("-KILL", &format!("-{}", c.id()));
             let _ = c.wait();
         }
+        // The harness runs in a session of its own: a killed container takes it too.
+        self.signal_cell("-KILL", n);
     }
 
     fn record(&self, details: &str, replica: usize) -> Res<String> {
@@ -755,15 +788,12 @@ fn chaos_loop(
                 fleet.cells.lock().map_err(|_| "cells")?[cell] = Some(child);
                 true
             }
-            "pause a cell" => match fleet.cell_group(cell) {
-                Some(group) => {
-                    signal("-STOP", &group);
-                    std::thread::sleep(Duration::from_millis(2000 + rng.below(4000)));
-                    signal("-CONT", &group);
-                    true
-                }
-                None => false,
-            },
+            "pause a cell" => {
+                let paused = fleet.signal_cell("-STOP", cell);
+                std::thread::sleep(Duration::from_millis(2000 + rng.below(4000)));
+                fleet.signal_cell("-CONT", cell);
+                paused
+            }
             "pass a claim to others" => fleet.pass_claim(rng),
             "poison task" => {
                 let n = fleet.poison.lock().map(|p| p.len()).unwrap_or(0);
