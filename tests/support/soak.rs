@@ -21,6 +21,10 @@ use serde_json::{Value, json};
 
 type Res<T> = Result<T, String>;
 
+/// How long before a push landed its cell's renewal as holder counts as the fence for it: the
+/// fetch, rebase and push after the fence take seconds, more on a loaded machine.
+const FENCE_WINDOW_MS: i64 = 15_000;
+
 /// What one soak runs.
 pub struct Plan {
     /// The `metabob-mcp` binary.
@@ -903,10 +907,17 @@ fn check(
         let Some(&at) = pushed_at.get(&sha) else {
             continue;
         };
-        // The cell held the claim when the push landed, or a moment before (the window between
-        // the fence's renewal and the push, SPEC.md §The loop).
+        // The cell held the claim when the push landed, or renewed it as its holder shortly
+        // before: the fence renews ahead of the fetch, rebase and push, and a claim that
+        // passes on inside that window is the one SPEC names (SPEC.md §The loop).
         let held = |t: i64| holder_at(&task, t).is_some_and(|h| h == cell);
-        if !held(at) && !held(at - 5_000) {
+        let fenced = rows_of(&task).into_iter().any(|v| {
+            v.kind == metabob_mcp::ledger::verdict::VerdictKind::Claimed
+                && v.reviewed_by.as_deref() == Some(cell.as_str())
+                && (at - FENCE_WINDOW_MS..=at).contains(&v.created_ms)
+                && held(v.created_ms)
+        });
+        if !held(at) && !fenced {
             unfenced.push(format!("{task} by {cell} at {at}"));
         }
     }
