@@ -6,8 +6,9 @@
 #                                    as git://git/app.git, start the ledger and git, create a
 #                                    key for the cells, and start N cells that wait for tasks
 #   scripts/fleet.sh record ARGS...  record a task on that repository: `finding record` with
-#                                    --origin and --category task filled in (give --summary,
-#                                    --file, and optionally --severity, --details)
+#                                    --origin and --category task filled in (give --summary and
+#                                    --file; --severity is MEDIUM unless given; --details holds
+#                                    the task's ref and policy lines)
 #   scripts/fleet.sh status          the board (`task list`)
 #   scripts/fleet.sh down            stop the cells (each gives its claim back), remove the
 #                                    containers, the ledger's volume, the key and the copies
@@ -118,7 +119,11 @@ up() {
 }
 
 record() {
-    mb finding record --origin "$origin_url" --category task "$@"
+    local severity=(--severity MEDIUM)
+    for arg in "$@"; do
+        case $arg in --severity | --severity=*) severity=() ;; esac
+    done
+    mb finding record --origin "$origin_url" --category task "${severity[@]}" "$@"
 }
 
 status() {

@@ -131,14 +131,7 @@ cells=()
 
 # ---- the board --------------------------------------------------------------------------------
 say "the board"
-if "$bin" task list --help >/dev/null 2>&1; then
-    "$bin" task list --origin "$origin" || fail "task list failed (exit $?)"
-else
-    echo "(this build has no \`task list\`; the ledger's view of the tasks:)"
-    git clone -q "$origin" "$scratch/view"
-    (cd "$scratch/view" && "$bin" tool call get_problems --args '{"category": ["task"]}') \
-        || fail "get_problems failed (exit $?)"
-fi
+"$bin" task list --origin "$origin" || fail "task list failed (exit $?)"
 echo
 echo "checked against the origin's git log (Fixes-Finding: trailers) and the cells' logs:"
 closed=0

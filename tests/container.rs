@@ -1244,8 +1244,7 @@ fn fleet_sh_brings_up_three_cells_that_close_a_recorded_task_shown_by_status() {
             "greet says hello twice",
             "--file",
             "greet.py",
-            "--severity",
-            "HIGH",
+            // No --severity: the script's header says it defaults.
             "--details",
             "ref: main",
             "--json",
