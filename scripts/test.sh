@@ -17,6 +17,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 cargo test --locked --test runner --lib "$@"
+# Nothing may lean on this machine's git identity or config: the git tests run again with an
+# empty HOME, as on a fresh CI runner or in a new container.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
+empty_home=$(mktemp -d)
+trap 'rm -rf "$empty_home"' EXIT
+env HOME="$empty_home" XDG_CONFIG_HOME="$empty_home/.config" GIT_CONFIG_NOSYSTEM=1 \
+  CARGO_HOME="$cargo_home" RUSTUP_HOME="$rustup_home" \
+  cargo test --locked --test runner -- git:: refs:: cell::finding_close
 # The same ledger tests on the PostgreSQL store: each ledger gets its own database of one
 # cluster the test process starts and stops. The goal board's tests read the SQLite file itself.
 METABOB_TEST_STORE=postgres cargo test --locked --test runner -- \

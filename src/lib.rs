@@ -3,9 +3,11 @@
 //! The binary is a thin shell over this library; SPEC.md is the contract and names the code
 //! it describes as `path@anchor`.
 
+// Output goes through `out` (redaction, a closed pipe), never straight to the streams.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod attachment;
 pub mod cell;
-#[allow(clippy::print_stdout)] // the command surface is what prints results
 pub mod commands;
 pub mod config;
 pub mod env;
@@ -18,6 +20,7 @@ pub mod ledger;
 pub mod ledger_server;
 pub mod mcp;
 pub mod net;
+pub mod out;
 pub mod shapes;
 pub mod store;
 pub mod trailers;

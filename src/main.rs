@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         }
     };
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(metabob_mcp::out::LogWriter)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -41,7 +41,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            metabob_mcp::errln!("error: cannot start the async runtime: {e}");
             return Exit::Failure.into();
         }
     };
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(_) => {
             runtime.shutdown_background();
-            eprintln!(
+            metabob_mcp::errln!(
                 "error: internal error (a bug: the line above says where); nothing more was done, please report it"
             );
             return Exit::Failure.into();
@@ -63,11 +63,20 @@ fn main() -> ExitCode {
     // client left by closing stdout); the command is done, so the process does not wait for it.
     runtime.shutdown_background();
     match result {
-        Ok(exit) => exit.into(),
         Err(err) => {
-            eprintln!("error: {err}");
+            metabob_mcp::errln!("error: {err}");
             err.exit.into()
         }
+        // The output was cut short by something other than a reader that left early.
+        Ok(exit) => match metabob_mcp::out::stdout_failure() {
+            Some(e) => {
+                metabob_mcp::errln!(
+                    "error: cannot write to stdout: {e}; the command ran but its output is incomplete: run it again with stdout somewhere writable"
+                );
+                Exit::Failure.into()
+            }
+            None => exit.into(),
+        },
     }
 }
 

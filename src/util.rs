@@ -142,3 +142,25 @@ pub fn one_line(s: &str, max: usize) -> String {
     }
     out
 }
+
+/// A unit enum variant's wire name, as its serde attributes spell it (anchor: wire_name): the
+/// one vocabulary the JSON, SPEC, the policy file and every sentence for people share, so a
+/// `Display` never shows a Rust type's own name.
+pub fn wire_name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// `Display` for unit enums through [`wire_name`].
+#[macro_export]
+macro_rules! display_as_wire_name {
+    ($($t:ty),+ $(,)?) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&$crate::util::wire_name(self))
+            }
+        }
+    )+};
+}

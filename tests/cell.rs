@@ -213,10 +213,17 @@ fn a_cell_pulls_fixes_pushes_and_closes_over_git_daemon() {
         task["base"],
         w.env.git(&work, &["rev-parse", "HEAD"]).as_str()
     );
-    assert!(
-        std::fs::read_to_string(task_dir.join("context.md"))
-            .unwrap()
-            .contains("The caller expects 2.")
+    let context = std::fs::read_to_string(task_dir.join("context.md")).unwrap();
+    assert!(context.contains("The caller expects 2."), "{context}");
+    // The policy in the policy file's own words, never a Rust type's name.
+    let policy = context
+        .split("## Integration policy")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("context.md has its policy section");
+    insta::assert_snapshot!(
+        "task_pull_context_policy",
+        crate::support::normalize(policy, &w.env)
     );
 
     w.fix(&work, "a.py", &id, "a returns 2");
@@ -245,6 +252,27 @@ fn a_cell_pulls_fixes_pushes_and_closes_over_git_daemon() {
     let (out, _) = w.pull("c2", &[]);
     insta::assert_snapshot!("task_pull_nothing_open_json", w.snap(&out));
     insta::assert_snapshot!("task_pull_nothing_open", w.snap(&w.pull_text("c3")));
+}
+
+/// A fresh CI runner or container has no `user.name`: `finding close` fetches there as
+/// `git fetch` does, writing its reflog entries with git's fallback identity.
+#[test]
+fn finding_close_fetches_on_a_machine_with_no_git_identity() {
+    let w = world();
+    let id = w.record_task("a.py", "make a() return 2", "ref: main");
+    assert_eq!(w.pull("c1", &[]).0.code, 0);
+    let (_, work) = w.dirs("c1");
+    w.fix(&work, "a.py", &id, "a returns 2");
+    // Pushed by URL, so the clone's origin/main stays behind and the fetch has a ref to update
+    // and log.
+    w.env.git(&work, &["push", "-q", &w.url, "HEAD:main"]);
+    let gitconfig = w.env.home().join(".gitconfig");
+    std::fs::write(&gitconfig, "[init]\n\tdefaultBranch = main\n").unwrap();
+    let rev = w.env.git(&work, &["rev-parse", "HEAD"]);
+    let (out, v) = w.close(&work, &["--commits", &rev]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(!out.stderr.contains("committer"), "{out:?}");
+    assert_eq!(v["findings"][0]["outcome"], "closed", "{v}");
 }
 
 #[test]
@@ -653,7 +681,7 @@ fn sixteen_pulls_over_five_tasks_take_each_exactly_once_on_both_claim_paths() {
 #[test]
 fn sixteen_pulls_on_two_postgres_replicas_take_each_task_exactly_once_on_both_claim_paths() {
     for round in 0..20 {
-        race(true, 16, 5, round, 2);
+        assert_eq!(race(true, 16, 5, round, 2), 0, "a take never loses a claim");
         race(false, 16, 5, round, 2);
     }
 }

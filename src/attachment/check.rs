@@ -202,7 +202,7 @@ pub fn render_text(r: &CheckReport) -> String {
     }
     line(&mut out, "proxy", &proxy);
     line(&mut out, "tls", &r.tls);
-    let status = serde_name(&s.bootstrap.status);
+    let status = crate::util::wire_name(&s.bootstrap.status);
     let boot = match (&s.bootstrap.identity_endpoint, &s.bootstrap.detail) {
         (Some(i), _) => format!("{status}: advertises identity {i}"),
         (None, Some(d)) => format!("{status}: {d}"),
@@ -215,7 +215,7 @@ pub fn render_text(r: &CheckReport) -> String {
         &format!(
             "{} (source {}; advertised {}; tried [{}])",
             s.identity.endpoint.as_deref().unwrap_or("none"),
-            serde_name(&s.identity.source),
+            crate::util::wire_name(&s.identity.source),
             s.identity.advertised.as_deref().unwrap_or("none"),
             s.identity.tried.join(", ")
         ),
@@ -239,7 +239,7 @@ pub fn render_text(r: &CheckReport) -> String {
     } else if s.auth.status == super::AuthStatus::Pending {
         "not run".into()
     } else {
-        serde_name(&s.auth.status)
+        crate::util::wire_name(&s.auth.status)
     };
     line(&mut out, "org check", &org);
     let resolve = match &r.resolve {
@@ -249,12 +249,4 @@ pub fn render_text(r: &CheckReport) -> String {
     line(&mut out, "resolve", &resolve);
     line(&mut out, "result", &r.result);
     out
-}
-
-/// An enum's wire name, so the text report and the JSON use one vocabulary.
-fn serde_name<T: Serialize>(v: &T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }

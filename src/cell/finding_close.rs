@@ -56,6 +56,8 @@ pub enum Via {
     Reapplied,
 }
 
+crate::display_as_wire_name!(Via);
+
 /// What `finding close` did for one finding.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]

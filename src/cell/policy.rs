@@ -34,6 +34,8 @@ pub enum Conflicts {
     Retry,
 }
 
+crate::display_as_wire_name!(Integrate, Conflicts);
+
 /// Where a value came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
@@ -41,6 +43,19 @@ pub enum Source {
     Details,
     Convention { concept_id: String, author: String },
     Default,
+}
+
+/// In the policy file's words: `details`, `default`, or the convention and its author.
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Details => f.write_str("from the task's details"),
+            Source::Convention { concept_id, author } => {
+                write!(f, "from convention {concept_id} by {author}")
+            }
+            Source::Default => f.write_str("default"),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -838,13 +838,14 @@ fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &TaskFile)
     let _ = writeln!(s, "## Integration policy\n");
     let _ = writeln!(
         s,
-        "- push to `{}` ({:?})\n- integrate: {:?} ({:?})\n- conflicts: {:?}\n- the fix closes once merged into `{}`; \
+        "- push to `{}` ({})\n- integrate: {} ({})\n- conflicts: {} ({})\n- the fix closes once merged into `{}`; \
          commit it with a `Fixes-Finding: {}` trailer\n",
         task.policy.push_branch,
         policy.push_to.source,
         policy.integrate.value,
         policy.integrate.source,
         policy.conflicts.value,
+        policy.conflicts.source,
         task.policy.target,
         f.id()
     );

@@ -21,7 +21,7 @@ pub async fn run(args: AttachArgs, env: Env) -> CliResult {
     if args.json {
         super::print_json(&report)?;
     } else {
-        print!("{}", render_text(&report));
+        crate::out!("{}", render_text(&report));
     }
     Ok(exit_for(&report))
 }

@@ -21,12 +21,12 @@ pub async fn run(args: DoctorArgs, env: Env) -> CliResult {
     if args.json {
         super::print_json(&report)?;
     } else {
-        print!("{}", render_text(&report));
+        crate::out!("{}", render_text(&report));
         if !args.attach {
             for w in &report.config.warnings {
-                println!("{:<10} {w}", "warning");
+                crate::outln!("{:<10} {w}", "warning");
             }
-            println!("state");
+            crate::outln!("state");
             super::print_json(&report.state)?;
         }
     }

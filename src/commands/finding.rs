@@ -113,7 +113,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
     if a.json {
         print_json(&report)?;
     } else {
-        println!(
+        crate::outln!(
             "target origin/{}; {} commit(s); {} finding(s) named",
             report.target,
             report.commits,
@@ -125,7 +125,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
                     commit,
                     via,
                     verdict,
-                } => format!("closed    fixed in {commit} (via {via:?}); verdict {verdict}"),
+                } => format!("closed    fixed in {commit} (via {via}); verdict {verdict}"),
                 Outcome::Pending {
                     commit, branches, ..
                 } => format!(
@@ -143,7 +143,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
                 Outcome::NotOpen { why } => format!("not open  {why}"),
                 Outcome::Refused { why } => format!("refused   {why}"),
             };
-            println!("{} {line}", f.finding_id);
+            crate::outln!("{} {line}", f.finding_id);
         }
     }
     Ok(Exit::Ok)
@@ -177,8 +177,8 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
                 concept_id,
                 finding_ids,
                 ..
-            } => println!("{} {concept_id}", finding_ids.join(" ")),
-            RecordOutcome::AlreadyRecorded(d) => println!(
+            } => crate::outln!("{} {concept_id}", finding_ids.join(" ")),
+            RecordOutcome::AlreadyRecorded(d) => crate::outln!(
                 "Already recorded (open): {} — add details there, or pass --force. {} ({})",
                 d.id,
                 d.summary,

@@ -8,7 +8,7 @@ use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
 use crate::ledger_server::{self, LedgerError, Location, Revoked, ServeOptions};
 
-/// The embedded ledger: discovery, identity and concept-db over SQLite.
+/// The embedded ledger: discovery, identity and concept-db over SQLite or PostgreSQL.
 #[derive(Debug, Args)]
 pub struct LedgerArgs {
     #[command(subcommand)]
@@ -163,11 +163,11 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                 blocking(move || ledger_server::create_key(&at, &org, &scopes, label.as_deref()))
                     .await?;
             if a.json {
-                println!("{}", to_json(&key));
+                crate::outln!("{}", to_json(&key));
             } else {
                 let scopes: Vec<_> = key.scopes.iter().map(|s| s.as_str()).collect();
-                println!("{}", key.key);
-                eprintln!(
+                crate::outln!("{}", key.key);
+                crate::errln!(
                     "created {} in org {} ({}) with scopes {}; the key above is shown once",
                     key.key_id,
                     key.org,
@@ -182,10 +182,10 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             let at = location(a.data, &env)?;
             let keys = blocking(move || ledger_server::list_keys(&at)).await?;
             if a.json {
-                println!("{}", to_json(&keys));
+                crate::outln!("{}", to_json(&keys));
             } else {
                 for k in keys {
-                    println!(
+                    crate::outln!(
                         "{}\t{}\t{}\t{}\t{}\t{}",
                         k.key_id,
                         k.org,
@@ -203,8 +203,8 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             let at = location(a.data, &env)?;
             let key_id = a.key_id.clone();
             match blocking(move || ledger_server::revoke_key(&at, &key_id)).await? {
-                Revoked::Now => eprintln!("revoked {}", a.key_id),
-                Revoked::Already => eprintln!("{} was already revoked", a.key_id),
+                Revoked::Now => crate::errln!("revoked {}", a.key_id),
+                Revoked::Already => crate::errln!("{} was already revoked", a.key_id),
             }
         }
     }

@@ -37,7 +37,7 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Findings: close by commit, record.
     Finding(finding::FindingArgs),
-    /// The embedded ledger: discovery, identity and concept-db over SQLite.
+    /// The embedded ledger: discovery, identity and concept-db over SQLite or PostgreSQL.
     Ledger(ledger::LedgerArgs),
     /// Serve MCP over stdio (the default command).
     Serve(serve::ServeArgs),
@@ -74,7 +74,7 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<(), crate::error::
     let text = serde_json::to_string_pretty(v).map_err(|e| {
         crate::error::CliError::failure(format!("cannot render the reply as JSON: {e}"))
     })?;
-    println!("{text}");
+    crate::outln!("{text}");
     Ok(())
 }
 

@@ -158,7 +158,7 @@ async fn list(a: ListArgs, mut env: Env) -> CliResult {
     if a.json {
         super::print_json(&board)?;
     } else {
-        print!("{}", board_text(&board));
+        crate::out!("{}", board_text(&board));
     }
     Ok(Exit::Ok)
 }
@@ -262,7 +262,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
         super::print_json(&report)?;
     } else {
         for c in &report.candidates {
-            println!(
+            crate::outln!(
                 "{:<9} {} {}{}",
                 c.outcome.as_str(),
                 c.task_id,
@@ -274,16 +274,16 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
             );
         }
         match report.status {
-            PullStatus::Pulled => println!(
+            PullStatus::Pulled => crate::outln!(
                 "pulled    {}",
                 report.task.as_ref().map_or("", |t| t.task_id.as_str())
             ),
-            PullStatus::NothingOpen => println!("no open task"),
-            PullStatus::TryLater => println!(
+            PullStatus::NothingOpen => crate::outln!("no open task"),
+            PullStatus::TryLater => crate::outln!(
                 "try later: retry after {}",
                 report.retry_after.as_deref().unwrap_or("a moment")
             ),
-            PullStatus::TaskFailed => println!(
+            PullStatus::TaskFailed => crate::outln!(
                 "task failed: {}; pull the next task",
                 report.failed.as_ref().map_or("", |f| if f.parked {
                     "it is parked"
@@ -311,7 +311,7 @@ async fn reopen(a: ReopenArgs, env: Env) -> CliResult {
     match outcome {
         Reopen::Reopened => {
             if !a.json {
-                println!("reopened {}", a.task);
+                crate::outln!("reopened {}", a.task);
             }
             Ok(Exit::Ok)
         }
@@ -345,9 +345,9 @@ async fn claim(a: ClaimArgs, given: GiveBack, env: Env) -> CliResult {
             parked: parked.as_ref(),
         })?;
     } else {
-        println!("{}", outcome.word());
+        crate::outln!("{}", outcome.word());
         if let Some(p) = &parked {
-            println!("parked: {}", p.reason);
+            crate::outln!("parked: {}", p.reason);
         }
     }
     match outcome {

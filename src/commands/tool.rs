@@ -40,7 +40,7 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
                 super::print_json(&crate::mcp::server::tool_list())?;
             } else {
                 for t in crate::mcp::tools::TOOLS {
-                    println!("{:<22} {}", t.name, t.description);
+                    crate::outln!("{:<22} {}", t.name, t.description);
                 }
             }
             Ok(Exit::Ok)
@@ -72,7 +72,7 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
                     "isError": reply.is_error,
                 }))?;
             } else {
-                println!("{}", reply.text);
+                crate::outln!("{}", reply.text);
             }
             Ok(if reply.is_error {
                 Exit::Failure

@@ -65,7 +65,7 @@ pub fn clone_at(
     ensure_tls_provider();
     if progress {
         let shown = crate::guard::redact_url_credentials(url);
-        eprintln!("Cloning {shown} into {}…", dest.display());
+        crate::errln!("Cloning {shown} into {}…", dest.display());
     }
     let attempt = |wanted| fetch_and_check_out(url, dest, wanted, progress, net);
     let cloned = match branch {
@@ -81,7 +81,7 @@ pub fn clone_at(
     let (repo, head) =
         cloned.ok_or_else(|| GitError::RefNotFound(branch.unwrap_or("HEAD").to_string()))?;
     if progress {
-        eprintln!("Checked out {head}.");
+        crate::errln!("Checked out {head}.");
     }
     Ok((repo, head))
 }
@@ -181,7 +181,7 @@ fn fetch_and_check_out(
         detach_head_at(checkout.repo(), tag).map_err(fail)?;
     }
     if progress {
-        eprintln!("Checking out files…");
+        crate::errln!("Checking out files…");
     }
     let (repo, _) = checkout
         .main_worktree(gix::progress::Discard, &interrupt)
@@ -298,33 +298,90 @@ pub(super) fn fetch(repo: &gix::Repository, remote: &str, net: &NetClient) -> Re
     let git_dir = repo.git_dir().to_path_buf();
     std::thread::scope(|s| {
         s.spawn(|| {
-            let repo = gix::open(&git_dir).map_err(|e| fail(with_causes(&e)))?;
-            fetch_here(&repo, remote, net).map_err(fail)
+            let mut repo = gix::open(&git_dir).map_err(|e| fail(with_causes(&e)))?;
+            reflog_identity(&mut repo).map_err(fail)?;
+            fetch_here(&repo, remote, net).map_err(|failure| match failure {
+                FetchFailure::Remote(detail) => fail(detail),
+                FetchFailure::Store(detail) => GitError::FetchStore {
+                    remote: remote.to_string(),
+                    detail: crate::guard::redact_url_credentials(&detail),
+                },
+            })
         })
         .join()
         .unwrap_or_else(|_| Err(fail("the fetch stopped unexpectedly".to_string())))
     })
 }
 
-fn fetch_here(repo: &gix::Repository, remote: &str, net: &NetClient) -> Result<(), String> {
+/// Gives `repo` git's own fallback identity when none is configured (anchor: reflog_identity).
+/// A fetch writes reflog entries, and gix refuses to write one without a committer, where git
+/// falls back to the login name at the host name; so a machine with no `user.name` (a fresh CI
+/// runner, a new container) fetches with us as it does with git. A configured identity, or
+/// `GIT_COMMITTER_NAME`/`EMAIL`, still wins: the fallback keys are read last.
+fn reflog_identity(repo: &mut gix::Repository) -> Result<(), String> {
+    use gix::config::tree::gitoxide::Committer;
+    if repo.committer().is_some() {
+        return Ok(());
+    }
+    let login = ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
+        .unwrap_or_else(|| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    let mut fallback = gix::config::File::new(gix::config::file::Metadata::api());
+    for (key, value) in [
+        (&Committer::NAME_FALLBACK, login.clone()),
+        (&Committer::EMAIL_FALLBACK, format!("{login}@{host}")),
+    ] {
+        fallback
+            .set_raw_value(key, value.as_str())
+            .map_err(|e| with_causes(&e))?;
+    }
+    repo.config_snapshot_mut()
+        .append(fallback)
+        .map_err(|e| format!("cannot set git's fallback identity: {}", with_causes(&e)))?;
+    Ok(())
+}
+
+/// Why a fetch failed: the remote or the way to it, or this side's store.
+enum FetchFailure {
+    Remote(String),
+    Store(String),
+}
+
+fn fetch_here(repo: &gix::Repository, remote: &str, net: &NetClient) -> Result<(), FetchFailure> {
+    use gix::remote::fetch::Error as Receive;
+    let remote_err = |e: &(dyn std::error::Error + '_)| FetchFailure::Remote(with_causes(e));
     ensure_tls_provider();
     let r = repo
         .find_remote(remote)
-        .map_err(|e| format!("no such remote: {e}"))?;
+        .map_err(|e| FetchFailure::Remote(format!("no such remote: {e}")))?;
     let interrupt = AtomicBool::new(false);
     let (url, version) = r
         .sanitized_url_and_version(Direction::Fetch)
-        .map_err(|e| with_causes(&e))?;
+        .map_err(|e| remote_err(&e))?;
     let url_login = url.user().is_some() && url.password().is_some();
-    let connection = match http::connect_through(net, url, version).map_err(|e| with_causes(&e))? {
+    let connection = match http::connect_through(net, url, version).map_err(|e| remote_err(&e))? {
         Some(ours) => r.to_connection_with_transport(ours),
-        None => r.connect(Direction::Fetch).map_err(|e| with_causes(&e))?,
+        None => r.connect(Direction::Fetch).map_err(|e| remote_err(&e))?,
     };
     connection
         .prepare_fetch(gix::progress::Discard, Default::default())
-        .map_err(|e| login_failure(&e, url_login).unwrap_or_else(|| with_causes(&e)))?
+        .map_err(|e| {
+            FetchFailure::Remote(login_failure(&e, url_login).unwrap_or_else(|| with_causes(&e)))
+        })?
         .receive(gix::progress::Discard, &interrupt)
-        .map_err(|e| with_causes(&e))?;
+        .map_err(|e| match e {
+            Receive::UpdateRefs(_) | Receive::RemovePackKeepFile { .. } => {
+                FetchFailure::Store(with_causes(&e))
+            }
+            e => remote_err(&e),
+        })?;
     Ok(())
 }
 

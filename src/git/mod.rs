@@ -36,6 +36,12 @@ pub enum GitError {
         "fetch from {remote} failed: {detail}; check the network and the remote's URL, then retry"
     )]
     Fetch { remote: String, detail: String },
+    /// The remote answered; writing what arrived into this repository failed.
+    #[error(
+        "fetch from {remote} arrived, but writing it into the repository failed: {detail}; check \
+         that the repository is writable and its disk has room, then retry"
+    )]
+    FetchStore { remote: String, detail: String },
     #[error("{0} was not found: check the name, or fetch first")]
     RefNotFound(String),
     #[error(

@@ -11,6 +11,7 @@
 //! The guard catches accidents, not adversaries: an encoded, split or paraphrased secret passes.
 
 mod known;
+mod redact;
 mod scan;
 
 use std::path::Path;
@@ -18,7 +19,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::env::Env;
-pub use scan::{SecretKind, entropy, is_placeholder, is_secret_name, redact_url_credentials};
+pub use redact::{MASK, redact_url_credentials};
+pub use scan::{SecretKind, entropy, is_placeholder, is_secret_name};
 
 /// How the substrate treats a field: prose is read by people and agents, so a home path in it
 /// can be shortened to `~`; an acted-on field is used as given (a path, a ref, a goal), so

@@ -171,7 +171,7 @@ pub fn is_secret_name(name: &str) -> bool {
 }
 
 /// A secret name whose value is a password: weak values still count.
-fn is_password_name(name: &str) -> bool {
+pub(super) fn is_password_name(name: &str) -> bool {
     name_words(name).iter().any(|w| {
         let w = w.strip_suffix('S').filter(|s| s.len() >= 4).unwrap_or(w);
         w == "PASS" || PASSWORD_WORDS.iter().any(|p| w.ends_with(p))
@@ -322,11 +322,11 @@ pub fn counts_as_known_value(value: &str) -> bool {
         && entropy(v) >= MIN_ENTROPY
 }
 
-fn random_enough(v: &str) -> bool {
+pub(super) fn random_enough(v: &str) -> bool {
     v.chars().count() >= MIN_SECRET_LEN && entropy(v) >= MIN_ENTROPY && !is_placeholder(v)
 }
 
-fn is_scheme_char(c: char) -> bool {
+pub(super) fn is_scheme_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')
 }
 
@@ -335,7 +335,7 @@ fn is_word_byte(b: u8) -> bool {
 }
 
 /// The run of bytes from `start` that satisfy `pred`.
-fn run(s: &[u8], start: usize, pred: impl Fn(u8) -> bool) -> usize {
+pub(super) fn run(s: &[u8], start: usize, pred: impl Fn(u8) -> bool) -> usize {
     s[start.min(s.len())..]
         .iter()
         .take_while(|&&b| pred(b))
@@ -343,7 +343,7 @@ fn run(s: &[u8], start: usize, pred: impl Fn(u8) -> bool) -> usize {
 }
 
 /// Every index where `needle` starts in `hay`, ASCII case-insensitively when asked.
-fn find_all(hay: &str, needle: &str, ci: bool) -> Vec<usize> {
+pub(super) fn find_all(hay: &str, needle: &str, ci: bool) -> Vec<usize> {
     let (h, n) = (hay.as_bytes(), needle.as_bytes());
     if n.is_empty() || h.len() < n.len() {
         return Vec::new();
@@ -617,61 +617,9 @@ fn scan_cookie(s: &str) -> bool {
     false
 }
 
-/// Where the credentials of each URL in `s` are (anchor: url_credential_spans): for
-/// `scheme://user:password@host` the password, for a random-looking token as the whole user
-/// part the token. A plain user name (`ssh://git@host`) is no credential.
-fn url_credential_spans(s: &str) -> Vec<std::ops::Range<usize>> {
-    let b = s.as_bytes();
-    let mut spans = Vec::new();
-    for i in find_all(s, "://", false) {
-        let scheme_len = s[..i]
-            .bytes()
-            .rev()
-            .take_while(|&c| is_scheme_char(c as char))
-            .count();
-        if scheme_len == 0 {
-            continue;
-        }
-        let start = i + 3;
-        let n = run(b, start, |c| {
-            !c.is_ascii_whitespace() && !matches!(c, b'/' | b'?' | b'#' | b'"' | b'\'' | b'`')
-        });
-        let authority = &s[start..start + n];
-        let Some(at) = authority.rfind('@') else {
-            continue;
-        };
-        let userinfo = &authority[..at];
-        match userinfo.split_once(':') {
-            Some((user, pass)) if !pass.is_empty() && !is_placeholder(pass) => {
-                let from = start + user.len() + 1;
-                spans.push(from..start + at);
-            }
-            Some(_) => {}
-            None if random_enough(userinfo) => spans.push(start..start + at),
-            None => {}
-        }
-    }
-    spans
-}
-
 /// `scheme://user:password@host`, or a random-looking token as the whole user part.
 fn scan_url_credentials(s: &str) -> bool {
-    !url_credential_spans(s).is_empty()
-}
-
-/// `text` with every URL credential the guard would refuse masked as `***`: the user stays,
-/// the password or token goes (anchor: redact_url_credentials). The one redaction for URLs a
-/// command prints, logs, writes or sends.
-pub fn redact_url_credentials(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut last = 0;
-    for span in url_credential_spans(text) {
-        out.push_str(&text[last..span.start]);
-        out.push_str("***");
-        last = span.end;
-    }
-    out.push_str(&text[last..]);
-    out
+    !super::redact::url_credential_spans(s).is_empty()
 }
 
 fn name_byte(b: u8) -> bool {
@@ -1002,36 +950,6 @@ mod tests {
             scan_patterns("Set-Cookie: theme=dark; Path=/; HttpOnly"),
             None
         );
-    }
-
-    #[test]
-    fn redaction_keeps_the_user_and_masks_the_password_or_token() {
-        let cases = [
-            (
-                "cloning http://user:hunter2@host/r.git failed",
-                "cloning http://user:***@host/r.git failed",
-            ),
-            (
-                "https://ghp_a8F3kQ9zL2mX7vR4tY1uW6e@github.com/o/r",
-                "https://***@github.com/o/r",
-            ),
-            (
-                "ssh://git@host/r.git and git://h/r",
-                "ssh://git@host/r.git and git://h/r",
-            ),
-            (
-                "a http://u:pw1@h b https://v:s3cret@i c",
-                "a http://u:***@h b https://v:***@i c",
-            ),
-            (
-                "http://user:${PASSWORD}@host",
-                "http://user:${PASSWORD}@host",
-            ),
-        ];
-        for (text, want) in cases {
-            assert_eq!(redact_url_credentials(text), want, "{text}");
-            assert_eq!(scan_url_credentials(text), text != want, "{text}");
-        }
     }
 
     #[test]

@@ -267,6 +267,8 @@ pub enum Direction {
     Both,
 }
 
+crate::display_as_wire_name!(Direction);
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Affected {
     pub id: String,

@@ -409,7 +409,9 @@ impl Index {
         let count = |k| self.graph.edge_weights().filter(|w| **w == k).count();
         let mut languages = BTreeMap::new();
         for f in &self.files {
-            *languages.entry(label(f.lang)).or_insert(0) += 1;
+            *languages
+                .entry(crate::util::wire_name(&f.lang))
+                .or_insert(0) += 1;
         }
         IndexStats {
             root: self.root.display().to_string(),
@@ -473,9 +475,4 @@ impl Index {
 fn ext_of(path: &str) -> &str {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.rsplit_once('.').map_or("", |(_, e)| e)
-}
-
-/// The serde name of a unit variant: its Debug name, lowercased.
-fn label(v: impl std::fmt::Debug) -> String {
-    format!("{v:?}").to_lowercase()
 }

@@ -12,6 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::errors::{ApiError, LedgerError};
 use super::sql::{Dialect, PgConn, Sql, args, pg_ddl};
+use crate::guard::redact_url_credentials;
 use crate::util::now_ms;
 
 /// The file inside `--data`.
@@ -151,10 +152,6 @@ impl Location {
             Location::Postgres(url) => redact_url_credentials(url),
         }
     }
-}
-
-fn redact_url_credentials(url: &str) -> String {
-    crate::guard::redact_url_credentials(url)
 }
 
 /// Opens (creating when missing) `<data>/ledger.db` with the settings every connection needs.

@@ -288,13 +288,18 @@ fn first_start(db: &Db, env: &Env, public_url: &str) -> Result<(), LedgerError> 
     })?;
     let Some(key) = created else { return Ok(()) };
     // Printed, not logged: the operator must see it whatever RUST_LOG says, and it is shown once.
-    eprintln!(
+    crate::errln!(
         "metabob-ledger: first start: created org {} ({}) and admin key {}: {}",
-        key.org, key.org_id, key.key_id, key.key
+        key.org,
+        key.org_id,
+        key.key_id,
+        key.key
     );
-    eprintln!("metabob-ledger: this key is shown once; `metabob-mcp ledger key create` makes more");
+    crate::errln!(
+        "metabob-ledger: this key is shown once; `metabob-mcp ledger key create` makes more"
+    );
     match write_first_config(env, &key.key, public_url) {
-        Ok(Some(path)) => eprintln!(
+        Ok(Some(path)) => crate::errln!(
             "metabob-ledger: wrote {} (mode 0600) with this key and discovery endpoint {public_url}",
             path.display()
         ),

@@ -5,8 +5,9 @@ use std::fmt;
 use std::net::Ipv4Addr;
 
 use super::cause::NetCause;
-use super::url::{Scheme, Url, UrlError, redact_raw};
+use super::url::{Scheme, Url, UrlError};
 use crate::env::Env;
+use crate::guard::redact_url_credentials;
 
 /// Why a request goes where it goes; `attach --check` prints it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,7 +229,7 @@ impl ProxySettings {
             raw.as_deref().map(|r| {
                 parse_proxy(r)
                     .map(|u| u.redacted())
-                    .unwrap_or(redact_raw(r))
+                    .unwrap_or(redact_url_credentials(r))
             })
         };
         ProxyDiagnosis {
@@ -249,7 +250,7 @@ pub(crate) fn parse_proxy(raw: &str) -> Result<Url, NetCause> {
     Url::parse(&with_scheme).map_err(|e| match e {
         UrlError::UnsupportedScheme(s) => NetCause::ProxyUnsupported(s),
         UrlError::Invalid(_) => {
-            NetCause::ProxyUnsupported(format!("unparseable {}", redact_raw(raw)))
+            NetCause::ProxyUnsupported(format!("unparseable {}", redact_url_credentials(raw)))
         }
     })
 }

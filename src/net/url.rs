@@ -55,7 +55,7 @@ impl Url {
         let Some((scheme, rest)) = s.split_once("://") else {
             return Err(UrlError::Invalid(format!(
                 "{:?} has no scheme",
-                redact_raw(s)
+                crate::guard::redact_url_credentials(s)
             )));
         };
         let scheme = match scheme.to_ascii_lowercase().as_str() {
@@ -196,9 +196,14 @@ impl Url {
     }
 
     // anchor: redact-credentials
-    /// The URL as it may appear in a log line or a report: credentials become `***`.
+    /// The URL as it may appear in a log line or a report: its whole userinfo becomes `***`,
+    /// and the rest passes the one redaction owner (a secret-named query parameter).
     pub fn redacted(&self) -> String {
-        let creds = if self.has_credentials() { "***@" } else { "" };
+        let creds = if self.has_credentials() {
+            format!("{}@", crate::guard::MASK)
+        } else {
+            String::new()
+        };
         let port = self
             .explicit_port()
             .map(|p| format!(":{p}"))
@@ -208,11 +213,11 @@ impl Url {
         } else {
             self.path.as_str()
         };
-        format!(
+        crate::guard::redact_url_credentials(&format!(
             "{}://{creds}{}{port}{path}",
             self.scheme.as_str(),
             self.bracketed_host()
-        )
+        ))
     }
 }
 
@@ -269,15 +274,6 @@ fn percent_decode(s: &str) -> Result<String, UrlError> {
         }
     }
     String::from_utf8(out).map_err(|_| UrlError::Invalid("credentials are not UTF-8".into()))
-}
-
-/// For error text about a string that did not parse: anything before an '@' may be a secret.
-pub(crate) fn redact_raw(s: &str) -> String {
-    match (s.find("://"), s.rfind('@')) {
-        (Some(i), Some(at)) if at > i => format!("{}***{}", &s[..i + 3], &s[at..]),
-        (None, Some(at)) => format!("***{}", &s[at..]),
-        _ => s.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -347,8 +343,14 @@ mod tests {
             Url::parse("https://h/x").expect("valid").to_string(),
             "https://h/x"
         );
-        assert_eq!(redact_raw("http://u:pw@p:1"), "http://***@p:1");
-        assert_eq!(redact_raw("u:pw@p:1"), "***@p:1");
+        assert_eq!(
+            crate::guard::redact_url_credentials("http://u:pw@p:1"),
+            "http://u:***@p:1"
+        );
+        assert_eq!(
+            crate::guard::redact_url_credentials("u:pw@p:1"),
+            "u:***@p:1"
+        );
     }
 
     #[test]

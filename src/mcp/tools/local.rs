@@ -214,12 +214,12 @@ async fn index_workspace(ctx: &Ctx, ws: &Path, opts: IndexOptions) -> Result<Ind
         let terminal = std::io::stderr().is_terminal();
         let mut progress = |done: usize, total: usize| {
             if terminal {
-                eprint!("\rindexing: {done}/{total} files");
+                crate::err!("\rindexing: {done}/{total} files");
             }
         };
         let report = index.run_with(&opts, INDEX_BUDGET, &stopped, &mut progress)?;
         if terminal {
-            eprintln!("\rindexing: {} files parsed", report.files_parsed);
+            crate::errln!("\rindexing: {} files parsed", report.files_parsed);
         }
         let saved = match (&cache, report.complete && !reused) {
             (Some(path), true) => Some(index.save(path).map_err(|e| e.to_string())),
@@ -484,7 +484,7 @@ pub async fn analyze_impact(ctx: &Ctx, here: &Here<'_>, a: ImpactArgs) -> Reply 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Impact of changing {} ({direction:?}, depth ≤ {depth}): {} components in {} files.",
+        "Impact of changing {} ({direction}, depth ≤ {depth}): {} components in {} files.",
         files.join(", "),
         impact.affected_total,
         impact.files.len()

@@ -248,7 +248,12 @@ pub async fn call(
     let described = describe_args_for_log(&args);
     tracing::info!("tool call {name} {described}");
     let reply = tokio::select! {
-        r = gated(ctx, name, args) => Some(r),
+        // Every answer reaches an agent's context or a shell: no credential in it, whatever
+        // the tool read (a configured URL, a row, an error).
+        r = gated(ctx, name, args) => Some(Reply {
+            text: crate::guard::redact_url_credentials(&r.text),
+            ..r
+        }),
         _ = cancelled => {
             tracing::info!("tool call {name} cancelled by the client");
             None
