@@ -157,10 +157,78 @@ fn task_list_and_the_board_page_show_one_fleet_state() {
     let dom = chromium_dom(&ledger, "mb_live_00000000000000000000000000000000");
     assert!(dom.contains("key rejected"), "{dom}");
     assert!(!dom.contains("data-task="), "{dom}");
-    // And the page itself needs no key.
-    let (status, html) = ledger.http("GET", "/board", None, "");
+    // And the page itself needs no key, nor does its script.
+    let (status, _) = ledger.http("GET", "/board", None, "");
     assert_eq!(status, 200);
-    assert!(html.contains("taskBoard"), "{html}");
+    let (status, script) = ledger.http("GET", "/board.js", None, "");
+    assert_eq!(status, 200);
+    assert!(script.contains("taskBoard"), "{script}");
+}
+
+#[test]
+fn the_board_page_and_its_files_send_the_security_headers_and_nothing_inline() {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let policy = [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+    ];
+    let mut bodies = Vec::new();
+    for (path, content_type) in [
+        ("/board", "text/html"),
+        ("/board.js", "text/javascript"),
+        ("/board.css", "text/css"),
+    ] {
+        let (status, headers, body) = ledger.http_with_headers("GET", path, None, "");
+        assert_eq!(status, 200, "{path}: {body}");
+        let header = |name: &str| {
+            let found: Vec<&str> = headers
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert_eq!(found.len(), 1, "{path}: one {name} header: {headers:?}");
+            found[0].to_string()
+        };
+        assert!(
+            header("content-type").starts_with(content_type),
+            "{path}: {headers:?}"
+        );
+        let csp = header("content-security-policy");
+        let directives: Vec<&str> = csp.split(';').map(str::trim).collect();
+        assert_eq!(directives, policy, "{path}");
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+        bodies.push(body);
+    }
+    // Under that policy an inline script or style would not run: the page carries none, only
+    // references to its own files.
+    let html = bodies[0].to_ascii_lowercase();
+    assert!(!html.contains("<style"), "{html}");
+    assert!(!html.contains(" style="), "{html}");
+    let handler = html.split(" on").skip(1).any(|rest| {
+        let name: String = rest.chars().take_while(char::is_ascii_alphabetic).collect();
+        !name.is_empty() && rest[name.len()..].starts_with('=')
+    });
+    assert!(!handler, "no inline event handler: {html}");
+    let scripts: Vec<&str> = html.split("<script").skip(1).collect();
+    assert_eq!(scripts.len(), 1, "{html}");
+    assert!(
+        scripts[0].starts_with(r#" src="/board.js"></script>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<link rel="stylesheet" href="/board.css">"#),
+        "{html}"
+    );
+    assert!(bodies[1].contains("fetch(\"/resolve\""), "{}", bodies[1]);
+    assert!(bodies[2].contains(".groups"), "{}", bodies[2]);
 }
 
 #[test]

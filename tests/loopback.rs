@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::mcp::project;
+use crate::mcp::{malformed_lines, project, stdio_answers, too_long_line};
 use crate::support::{TestEnv, normalize, wait_until};
 
 /// One answer: status, headers (lower-cased names) and the body.
@@ -34,12 +34,24 @@ impl Answer {
 
 /// One HTTP/1.1 request on its own connection; the answer read to the connection's close.
 fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    http_declaring(port, method, path, headers, body, body.len())
+}
+
+/// As [`http`], with `Content-Length: declared` whatever the body sent: a head that announces
+/// more than is sent tests a bound without sending all of it.
+fn http_declaring(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    declared: usize,
+) -> Answer {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
-         Content-Length: {}\r\n",
-        body.len()
+         Content-Length: {declared}\r\n"
     );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
@@ -642,4 +654,124 @@ fn a_non_loopback_http_address_needs_a_key_and_then_every_request_carries_it() {
     );
     let ok = mcp(serve.port, Some(&format!("Bearer {key}")), list);
     assert_eq!(ok.status, 200, "{}", ok.body);
+}
+
+/// The headers `mcp` sends, for a body `mcp` cannot carry (not JSON, or no body at all).
+const MCP_HEADERS: [(&str, &str); 2] = [
+    ("Content-Type", "application/json"),
+    ("Accept", "application/json"),
+];
+
+#[test]
+fn serve_http_answers_a_malformed_body_as_stdio_answers_the_line_and_goes_on() {
+    let env = TestEnv::new();
+    let cases = malformed_lines();
+    let long = too_long_line();
+    let mut lines: Vec<&[u8]> = cases.iter().map(|(l, _, _)| l.as_bytes()).collect();
+    lines.push(&long);
+    let stdio = stdio_answers(&env, &lines);
+    let serve = Serve::start(
+        &env,
+        &["serve", "--http", "127.0.0.1:0", "--no-resolver"],
+        "MCP over HTTP",
+    );
+    let is_json = |a: &Answer| {
+        a.header("content-type")
+            .is_some_and(|c| c.starts_with("application/json"))
+    };
+
+    // The same answer on both surfaces, from the one classifier: 400 when there is no id to
+    // answer, else a JSON-RPC error response like any other.
+    for ((line, code, id), want) in cases.iter().zip(&stdio) {
+        let a = http(serve.port, "POST", "/mcp", &MCP_HEADERS, line);
+        let status = if id.is_null() { 400 } else { 200 };
+        assert_eq!(a.status, status, "{line}: {}", a.body);
+        assert!(is_json(&a), "{line}: {:?}", a.headers);
+        assert_eq!(&a.json(), want, "{line}: HTTP and stdio differ");
+        assert_eq!(a.json()["error"]["code"], *code, "{line}");
+    }
+
+    // A body over the bound: refused from its declared length, unread, with stdio's answer.
+    let a = http_declaring(serve.port, "POST", "/mcp", &MCP_HEADERS, "", long.len());
+    assert_eq!(a.status, 413, "{}", a.body);
+    assert!(is_json(&a), "{:?}", a.headers);
+    assert_eq!(&a.json(), stdio.last().unwrap(), "HTTP and stdio differ");
+
+    // Not JSON is not JSON whatever it is labelled; an empty body is no message either.
+    let text = http(
+        serve.port,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "text/plain"),
+            ("Accept", "application/json"),
+        ],
+        "not json",
+    );
+    assert_eq!((text.status, text.json()), (400, stdio[0].clone()));
+    let empty = http(serve.port, "POST", "/mcp", &MCP_HEADERS, "");
+    assert_eq!(empty.status, 400, "{}", empty.body);
+    assert_eq!(empty.json()["error"]["code"], -32700, "{}", empty.body);
+    assert_eq!(empty.json()["id"], Value::Null, "{}", empty.body);
+
+    // A malformed notification is not answered, as on stdio: accepted with no body.
+    let note = http(
+        serve.port,
+        "POST",
+        "/mcp",
+        &MCP_HEADERS,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}"#,
+    );
+    assert_eq!((note.status, note.body.as_str()), (202, ""));
+
+    // A message reaches rmcp: with a byte order mark and CR LF, as stdio accepts it.
+    let bom = http(
+        serve.port,
+        "POST",
+        "/mcp",
+        &MCP_HEADERS,
+        "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"ping\"}\r\n",
+    );
+    assert_eq!(bom.status, 200, "{}", bom.body);
+    assert_eq!(
+        bom.json(),
+        json!({"jsonrpc": "2.0", "id": 12, "result": {}})
+    );
+
+    // After all of that, the server serves as before.
+    let init = mcp(
+        serve.port,
+        None,
+        json!({"jsonrpc": "2.0", "id": 13, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "plain-http", "version": "0"}}}),
+    );
+    assert_eq!(init.status, 200, "{}", init.body);
+    assert_eq!(init.json()["result"]["serverInfo"]["name"], "metabob-mcp");
+    let list = mcp(
+        serve.port,
+        None,
+        json!({"jsonrpc": "2.0", "id": 14, "method": "tools/list"}),
+    );
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert_eq!(
+        list.json()["result"]["tools"]
+            .as_array()
+            .map_or(0, Vec::len),
+        metabob_mcp::mcp::tools::TOOLS.len(),
+        "{}",
+        list.body
+    );
+    // The ignored notification is logged as on stdio (answers are logged at info, not shown).
+    assert!(
+        wait_until(Duration::from_secs(10), || serve
+            .stderr
+            .lock()
+            .unwrap()
+            .contains(
+                "ignored a message: notification notifications/cancelled"
+            )),
+        "{}",
+        serve.stderr.lock().unwrap()
+    );
 }

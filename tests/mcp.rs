@@ -920,12 +920,11 @@ impl Raw {
     }
 }
 
-#[test]
-fn malformed_input_is_answered_as_json_rpc_says_and_the_server_goes_on() {
-    let env = TestEnv::new();
-    let (mut raw, _) = Raw::start(&env, &["serve"]);
-    // (line, code, id): not JSON has no id to read; an id that is no id is not read either.
-    let cases = [
+/// Malformed lines, each with the code and id JSON-RPC answers it with, on every surface (stdio
+/// here, `serve --http` in `tests/loopback.rs`): not JSON has no id to read; an id that is no id
+/// is not read either.
+pub fn malformed_lines() -> Vec<(&'static str, i64, Value)> {
+    vec![
         ("not json", -32700, Value::Null),
         (r#"{"jsonrpc":"2.0","id":7}"#, -32600, json!(7)),
         ("[1,2]", -32600, Value::Null),
@@ -954,9 +953,39 @@ fn malformed_input_is_answered_as_json_rpc_says_and_the_server_goes_on() {
             -32602,
             json!(10),
         ),
-    ];
+    ]
+}
+
+/// A request one byte over the most the server reads as one message.
+pub fn too_long_line() -> Vec<u8> {
+    let limit = metabob_mcp::mcp::framing::MAX_LINE_BYTES;
+    let mut long = br#"{"jsonrpc":"2.0","id":11,"method":"tools/list","params":{"pad":""#.to_vec();
+    long.resize(limit + 1, b'x');
+    long.extend_from_slice(br#""}}"#);
+    long
+}
+
+/// What the real binary on stdio answers to each of `lines`, one answer a line.
+pub fn stdio_answers(env: &TestEnv, lines: &[&[u8]]) -> Vec<Value> {
+    let (mut raw, _) = Raw::start(env, &["serve", "--no-resolver"]);
+    let answers = lines
+        .iter()
+        .map(|line| {
+            raw.send_raw(line);
+            read_line(&mut raw.stdout)
+        })
+        .collect();
+    let (rest, _) = raw.finish();
+    assert_eq!(rest.trim(), "", "one answer a line");
+    answers
+}
+
+#[test]
+fn malformed_input_is_answered_as_json_rpc_says_and_the_server_goes_on() {
+    let env = TestEnv::new();
+    let (mut raw, _) = Raw::start(&env, &["serve"]);
     let mut answers = String::new();
-    for (line, code, id) in cases {
+    for (line, code, id) in malformed_lines() {
         raw.send_raw(line.as_bytes());
         let answer = read_line(&mut raw.stdout);
         assert_eq!(answer["error"]["code"], code, "{line} -> {answer}");
@@ -965,10 +994,7 @@ fn malformed_input_is_answered_as_json_rpc_says_and_the_server_goes_on() {
     }
 
     // A line over the limit is read to its end, answered, and the next line is read as usual.
-    let limit = metabob_mcp::mcp::framing::MAX_LINE_BYTES;
-    let mut long = br#"{"jsonrpc":"2.0","id":11,"method":"tools/list","params":{"pad":""#.to_vec();
-    long.resize(limit + 1, b'x');
-    long.extend_from_slice(br#""}}"#);
+    let long = too_long_line();
     raw.send_raw(&long);
     let answer = read_line(&mut raw.stdout);
     assert_eq!(answer["error"]["code"], -32600, "{answer}");

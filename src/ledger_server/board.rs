@@ -25,7 +25,14 @@ use crate::ledger::verdict::{Standing, VERDICT_SHAPE, Verdict, VerdictKind, stan
 use crate::util::rfc3339_ms;
 
 /// The `/board` page: plain HTML, CSS and script, no build step and nothing fetched elsewhere.
+/// The script and the style are files of their own, served beside the page, so the page's
+/// Content-Security-Policy can allow scripts and styles from the ledger itself and nothing
+/// inline (`routes.rs@board-headers`).
 pub const PAGE: &str = include_str!("board.html");
+/// `/board.js`: everything the page does.
+pub const SCRIPT: &str = include_str!("board.js");
+/// `/board.css`.
+pub const STYLE: &str = include_str!("board.css");
 
 /// Most tasks the board shows: the newest. `truncated` says when there were more.
 // anchor: BOARD_TASKS

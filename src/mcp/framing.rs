@@ -154,14 +154,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     loop {
         let verdict = match lines.next().await {
             Ok(Line::Whole) => classify(lines.line()),
-            Ok(Line::TooLong) => Verdict::Answer(error_answer(
-                Value::Null,
-                ErrorCode::INVALID_REQUEST,
-                &format!(
-                    "Invalid Request: the line is longer than {MAX_LINE_BYTES} bytes, the most \
-                     this server reads as one message"
-                ),
-            )),
+            Ok(Line::TooLong) => Verdict::Answer(too_long()),
             Ok(Line::End) => return,
             Err(e) => {
                 tracing::warn!("cannot read the client's input ({e}); ending the session");
@@ -257,9 +250,9 @@ impl<R: AsyncRead + Unpin> Lines<R> {
     }
 }
 
-/// What to do with one line.
+/// What to do with one line, or with one `POST` body over HTTP (`super::http`).
 #[derive(Debug)]
-enum Verdict {
+pub(crate) enum Verdict {
     /// A message for rmcp.
     Deliver(Box<ClientJsonRpcMessage>),
     /// Not a message rmcp can take: this error response is the answer.
@@ -271,7 +264,8 @@ enum Verdict {
 }
 
 /// Sorts one line (anchor: classify): a message for rmcp, or the JSON-RPC error that answers it.
-fn classify(line: &[u8]) -> Verdict {
+/// MCP over HTTP sorts each body with it too, so both surfaces answer alike.
+pub(crate) fn classify(line: &[u8]) -> Verdict {
     // A UTF-8 byte order mark may lead a line (RFC 8259 §8.1 lets a parser ignore it), and a
     // line may end in CR LF.
     let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
@@ -399,7 +393,19 @@ fn invalid_request(id: Value, why: &str) -> ErrorAnswer {
     )
 }
 
-fn error_answer(id: Value, code: ErrorCode, message: &str) -> ErrorAnswer {
+/// The answer to a message over [`MAX_LINE_BYTES`], whichever surface it came by.
+pub(crate) fn too_long() -> ErrorAnswer {
+    error_answer(
+        Value::Null,
+        ErrorCode::INVALID_REQUEST,
+        &format!(
+            "Invalid Request: the line is longer than {MAX_LINE_BYTES} bytes, the most this \
+             server reads as one message"
+        ),
+    )
+}
+
+pub(crate) fn error_answer(id: Value, code: ErrorCode, message: &str) -> ErrorAnswer {
     ErrorAnswer {
         jsonrpc: "2.0",
         id,
@@ -413,16 +419,16 @@ fn error_answer(id: Value, code: ErrorCode, message: &str) -> ErrorAnswer {
 /// A JSON-RPC error response, its members in the order rmcp writes them. The `id` is always
 /// there: `null` when the line had none that could be read, as JSON-RPC asks.
 #[derive(Debug, Serialize)]
-struct ErrorAnswer {
+pub(crate) struct ErrorAnswer {
     jsonrpc: &'static str,
-    id: Value,
-    error: ErrorBody,
+    pub(crate) id: Value,
+    pub(crate) error: ErrorBody,
 }
 
 #[derive(Debug, Serialize)]
-struct ErrorBody {
+pub(crate) struct ErrorBody {
     code: i32,
-    message: String,
+    pub(crate) message: String,
 }
 
 #[cfg(test)]

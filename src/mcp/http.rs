@@ -8,16 +8,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Json, Response};
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use rmcp::model::ErrorCode;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
 
 use super::calllog::Via;
 use super::ctx::Ctx;
+use super::framing::{self, ErrorAnswer, MAX_LINE_BYTES, Verdict};
 use super::loopback::{presented_key, same_key, unauthorized};
 use super::server::Server;
 
@@ -95,8 +99,9 @@ pub async fn bind(plan: &Plan) -> Result<(TcpListener, SocketAddr), HttpError> {
     Ok((listener, bound))
 }
 
-/// The `/mcp` route (anchor: http_router): rmcp's service in stateless JSON mode, behind the
-/// key check when there is a key.
+/// The `/mcp` route (anchor: http_router): rmcp's service in stateless JSON mode, each body
+/// sorted first as stdio sorts a line ([`classify_body`]), behind the key check when there is a
+/// key.
 pub fn router(ctx: Arc<Ctx>, plan: &Plan) -> Router {
     let mut config = StreamableHttpServerConfig::default()
         // No session: each POST is answered on its own, with no Mcp-Session-Id to carry.
@@ -106,7 +111,7 @@ pub fn router(ctx: Arc<Ctx>, plan: &Plan) -> Router {
         .with_json_response(true)
         .with_sse_keep_alive(None)
         .with_sse_retry(None)
-        .with_max_request_body_bytes(super::framing::MAX_LINE_BYTES);
+        .with_max_request_body_bytes(MAX_LINE_BYTES);
     if plan.key.is_some() && !plan.addr.ip().is_loopback() {
         // rmcp admits only loopback Host names by default, against DNS rebinding; a served
         // address has its own names, and the key is what keeps a rebinding page out.
@@ -119,6 +124,8 @@ pub fn router(ctx: Arc<Ctx>, plan: &Plan) -> Router {
     );
     Router::new()
         .route_service(MCP_PATH, service)
+        // A route layer: only `/mcp` bodies are sorted; any other path stays a 404.
+        .route_layer(axum::middleware::from_fn(classify_body))
         .layer(axum::middleware::from_fn(accept_json))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(plan.key.clone()),
@@ -181,6 +188,113 @@ async fn accept_json(mut request: Request, next: Next) -> Response {
             .insert(header::ACCEPT, HeaderValue::from_static(ACCEPTS));
     }
     next.run(request).await
+}
+
+/// Sorts every `POST` body as stdio sorts a line (anchor: http_classify), with the one
+/// `framing::classify`: rmcp answers a body it cannot read with a plain-text 415, where JSON-RPC
+/// asks for an error object, and the two surfaces must not answer one input two ways. Only a
+/// message reaches rmcp; every other body is answered here.
+async fn classify_body(request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (mut parts, body) = request.into_parts();
+    let bytes = match read_body(&parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(refusal) => return refusal,
+    };
+    match framing::classify(&bytes) {
+        Verdict::Deliver(_) => {
+            // rmcp parses the body again; a leading byte order mark, which classify accepts as
+            // stdio does, would fail its parse, so it is the one thing taken off.
+            let bytes = match bytes.strip_prefix(BOM) {
+                Some(rest) => bytes.slice(bytes.len() - rest.len()..),
+                None => bytes,
+            };
+            // A message is a message whatever type the client labelled it with; rmcp would refuse
+            // any label but JSON with a plain-text 415.
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            parts.headers.remove(header::TRANSFER_ENCODING);
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Verdict::Answer(answer) => {
+            tracing::info!("answered a malformed message: {}", answer.error.message);
+            // An answer with the request's id is a JSON-RPC response like any other; with no id
+            // to answer, the request itself was bad.
+            let status = if answer.id.is_null() {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::OK
+            };
+            error_response(status, answer)
+        }
+        Verdict::Ignore(why) => {
+            tracing::warn!("ignored a message: {why}");
+            StatusCode::ACCEPTED.into_response()
+        }
+        // On stdio a blank line is framing between messages; over HTTP the body is the frame, and
+        // an empty one is no JSON text at all.
+        Verdict::Blank => error_response(
+            StatusCode::BAD_REQUEST,
+            framing::error_answer(
+                serde_json::Value::Null,
+                ErrorCode::PARSE_ERROR,
+                "Parse error: the body is empty; POST one JSON-RPC message",
+            ),
+        ),
+    }
+}
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Reads a `POST` body: at most [`MAX_LINE_BYTES`], refused from `Content-Length` before it is
+/// read when that says more, and all of it within [`IDLE_TIMEOUT`], so a half-sent body holds its
+/// connection no longer than a half-sent head does. A refusal is a JSON-RPC error object too.
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    let too_long = || error_response(StatusCode::PAYLOAD_TOO_LARGE, framing::too_long());
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_LINE_BYTES as u64) {
+        return Err(too_long());
+    }
+    let unread = |status, why: String| {
+        error_response(
+            status,
+            framing::error_answer(
+                serde_json::Value::Null,
+                ErrorCode::INVALID_REQUEST,
+                &format!("Invalid Request: {why}; send the whole message in one POST"),
+            ),
+        )
+    };
+    match tokio::time::timeout(IDLE_TIMEOUT, Limited::new(body, MAX_LINE_BYTES).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_long()),
+        Ok(Err(e)) => Err(unread(
+            StatusCode::BAD_REQUEST,
+            format!("the body could not be read ({e})"),
+        )),
+        Err(_) => Err(unread(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the body did not arrive within {} s",
+                IDLE_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+fn error_response(status: StatusCode, answer: ErrorAnswer) -> Response {
+    (status, Json(answer)).into_response()
 }
 
 #[cfg(test)]

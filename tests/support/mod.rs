@@ -374,6 +374,18 @@ impl Ledger {
     /// One request with `Connection: close`, so reading to the end reads the whole answer: the
     /// status and the body.
     pub fn http(&self, method: &str, path: &str, key: Option<&str>, body: &str) -> (u16, String) {
+        let (status, _, body) = self.http_with_headers(method, path, key, body);
+        (status, body)
+    }
+
+    /// As [`Ledger::http`], with the answer's headers too (names lower-cased).
+    pub fn http_with_headers(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: &str,
+    ) -> (u16, Vec<(String, String)>, String) {
         use std::io::{Read, Write};
         let host = self.url.trim_start_matches("http://");
         let auth = key.map_or(String::new(), |k| format!("Authorization: ApiKey {k}\r\n"));
@@ -390,7 +402,13 @@ impl Ledger {
         s.read_to_string(&mut raw).expect("the ledger answers");
         let (head, body) = raw.split_once("\r\n\r\n").expect("a head and a body");
         let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok());
-        (status.expect("a status line"), body.to_string())
+        let headers = head
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        (status.expect("a status line"), headers, body.to_string())
     }
 
     /// Creates a key with the offline admin command; returns (key_id, key).
