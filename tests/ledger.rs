@@ -15,6 +15,26 @@ use serde_json::{Value, json};
 
 use crate::support::{Ledger, TestEnv, closed_port, snapshot, wait_until};
 
+/// The help names both stores a ledger runs on.
+#[test]
+fn ledger_help_names_both_stores() {
+    let env = TestEnv::new();
+    for args in [&["ledger", "--help"][..], &["--help"]] {
+        let out = env.run(args);
+        assert_eq!(out.code, 0, "{out:?}");
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.contains("embedded ledger"))
+            .unwrap_or_default();
+        assert!(
+            line.contains("SQLite") && line.contains("PostgreSQL"),
+            "{}: {out:?}",
+            args.join(" ")
+        );
+    }
+}
+
 /// One HTTP/1.1 exchange with `Connection: close`; the answer's status and JSON body
 /// (`Value::Null` when the body is not JSON).
 fn http(
