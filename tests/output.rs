@@ -221,32 +221,96 @@ fn every_command_that_prints_ends_quietly_when_its_reader_leaves() {
     ] {
         quiet_on_a_closed_pipe(&env, args);
     }
-    // A pull changes the ledger, so it runs once, on a closed pipe: it must still do its work
-    // and end as a pull that took a task does.
+    // These change the ledger, so each runs once, on a closed pipe: each must still do its work
+    // and end as it would have.
     let t = env.path("c1/task").display().to_string();
     let w = env.path("c1/work").display().to_string();
-    let out = env
-        .cmd(&[
-            "task",
-            "pull",
-            "--origin",
-            &origin,
-            "--task-dir",
-            &t,
-            "--work-dir",
-            &w,
-        ])
-        .stdout(pipe_with_its_reader_gone())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run task pull");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "task pull: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    for (args, code) in [
+        (
+            &[
+                "finding",
+                "record",
+                "--origin",
+                &origin,
+                "--file",
+                "a.py",
+                "--summary",
+                "b() is unused",
+                "--severity",
+                "LOW",
+                "--category",
+                "smell",
+            ][..],
+            0,
+        ),
+        (
+            &[
+                "task",
+                "pull",
+                "--origin",
+                &origin,
+                "--task-dir",
+                &t,
+                "--work-dir",
+                &w,
+            ],
+            0,
+        ),
+        (&["task", "renew", "--task-dir", &t], 0),
+        (&["task", "release", "--task-dir", &t], 0),
+    ] {
+        let out = env
+            .cmd(args)
+            .stdout(pipe_with_its_reader_gone())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run metabob-mcp");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}: {stderr}",
+            args.join(" ")
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
     assert!(
         env.path("c1/task/task.json").is_file(),
         "the pull did its work"
     );
+    let board: serde_json::Value =
+        serde_json::from_str(&env.run(&["task", "list", "--json"]).stdout).expect("task list");
+    let open = board["repositories"][0]["open"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(open, 1, "the release did its work: {board}");
+
+    // A ledger whose stdout is gone (its address line has no reader) still serves.
+    let port = closed_port();
+    let mut ledger = env
+        .cmd(&[
+            "ledger",
+            "serve",
+            "--data",
+            &env.path("ledger-quiet").display().to_string(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdout(pipe_with_its_reader_gone())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start ledger serve");
+    let healthy = crate::support::wait_until(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok_and(|mut c| {
+            let _ = c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut answer = String::new();
+            let _ = std::io::Read::read_to_string(&mut c, &mut answer);
+            answer.starts_with("HTTP/1.1 200")
+        })
+    });
+    let _ = ledger.kill();
+    let _ = ledger.wait();
+    assert!(healthy, "ledger serve with its stdout closed did not serve");
 }
 
 /// A full disk behind a redirect is not a reader that left: the command says its output is
