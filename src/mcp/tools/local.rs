@@ -70,6 +70,7 @@ pub struct SearchArgs {
     /// Max results (default 10).
     #[schemars(range(min = 1, max = 50))]
     pub limit: Option<usize>,
+    /// What to search: components, problems or both (default).
     pub target: Option<Target>,
     /// Keep only these file paths (substring match).
     pub file_filter: Option<Vec<String>>,

@@ -47,8 +47,18 @@ pub struct ContextArgs {
     /// Max open problems to include (default 10).
     #[schemars(range(min = 1, max = 50))]
     pub problem_limit: Option<usize>,
-    /// Accepted for compatibility; not read.
-    pub scope: Option<String>,
+    /// session (default), project or org. Accepted for compatibility; not read.
+    pub scope: Option<Scope>,
+}
+
+/// The scopes `get_analysis_context` accepts. None changes the answer, but a word outside them is
+/// refused like any other bad enum, so a client's typo is not silently taken for the default.
+#[derive(Clone, Copy, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Session,
+    Project,
+    Org,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
