@@ -390,6 +390,71 @@ async fn invalid_input_is_a_tool_error_not_a_crash() {
 }
 
 #[tokio::test]
+async fn arguments_outside_the_schema_are_refused_naming_the_field() {
+    let env = TestEnv::new();
+    let s = Session::start(&env, &env.cwd(), Client::default()).await;
+    let tools = s.client.list_all_tools().await.expect("tools/list");
+    for t in &tools {
+        assert_eq!(
+            t.input_schema.get("additionalProperties"),
+            Some(&json!(false)),
+            "{} takes arguments it does not name",
+            t.name
+        );
+    }
+    let context = tools
+        .iter()
+        .find(|t| t.name == "get_analysis_context")
+        .expect("get_analysis_context is listed");
+    let scope = &Value::Object((*context.input_schema).clone())["properties"]["scope"];
+    // null is what an omitted optional argument is.
+    assert_eq!(
+        scope["enum"],
+        json!(["session", "project", "org", null]),
+        "{scope}"
+    );
+
+    let cases = [
+        ("get_analysis_context", json!({"scope": "galaxy"})),
+        ("get_analysis_context", json!({"scope": 3})),
+        ("get_problems", json!({"limit": 5, "foo": 1})),
+        ("get_problems", json!({"lmit": 5, "sevrity": ["HIGH"]})),
+        ("get_metrics", json!({"verbose": true})),
+        ("predict_cochanges", json!({"changed_file": ["a.py"]})),
+        (
+            "claim_finding",
+            json!({"problem_id": "agf_1", "action": "steal"}),
+        ),
+        (
+            "concept_link",
+            json!({"from_concept_id": "a", "to_concept_id": "b", "edge_type": "likes"}),
+        ),
+        ("get_problems", json!({"severity": ["HIGH", "teach"]})),
+        (
+            "record_finding",
+            json!({"files": ["a"], "summary": "s", "category": "c", "severity": "LOW",
+                "line_start": 5_000_000_000u64}),
+        ),
+    ];
+    let mut replies = String::new();
+    for (tool, args) in cases {
+        let (text, err) = s.call(tool, args.clone()).await;
+        assert!(err, "{tool} {args}: {text}");
+        assert!(
+            text.starts_with(&format!("{tool}: invalid arguments: ")),
+            "{tool} {args}: {text}"
+        );
+        replies.push_str(&format!("{tool} {args}\n{}\n\n", normalize(&text, &env)));
+    }
+    insta::assert_snapshot!("strict_input_replies", replies);
+    // A value the seed names is taken, and the default still is.
+    for scope in ["session", "project", "org"] {
+        s.ok("get_analysis_context", json!({"scope": scope})).await;
+    }
+    s.ok("get_analysis_context", json!({})).await;
+}
+
+#[tokio::test]
 async fn the_workspace_comes_from_roots_and_the_plugin_folder_is_none() {
     let mut env = TestEnv::new();
     let plugin = env.path("plugin");

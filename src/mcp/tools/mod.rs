@@ -222,8 +222,19 @@ pub const GUARD_EXEMPT: &[&str] = &[
     "pull_assigned_work",
 ];
 
+/// The tool's argument struct from arguments the schema check passed. What the schema cannot say
+/// (a number past the field's integer type, say) still fails here, and the error names the field
+/// as the schema check's do.
 fn parse<T: DeserializeOwned>(args: Value) -> Result<T, String> {
-    serde_json::from_value(args).map_err(|e| e.to_string())
+    serde_path_to_error::deserialize(args).map_err(|e| {
+        let path = e.path().to_string();
+        let cause = e.into_inner();
+        if path == "." {
+            format!("arguments: {cause}")
+        } else {
+            format!("{path}: {cause}")
+        }
+    })
 }
 
 pub fn spec(name: &str) -> Option<&'static ToolSpec> {
