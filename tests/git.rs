@@ -475,16 +475,21 @@ fn reads_match_the_cli() {
         let want: Vec<String> = cli(&["rev-list", r]).lines().map(String::from).collect();
         assert_eq!(repo.rev_list(r).expect("rev_list"), want, "rev-list {r}");
     }
-    for bad in [
-        "nope..HEAD",
-        "HEAD..nope",
-        "garbage",
-        "",
-        "HEAD...origin/side",
-    ] {
+    for bad in ["garbage", "", "HEAD...origin/side"] {
         assert!(
             matches!(repo.rev_list(bad), Err(GitError::BadRange(_))),
             "{bad:?} is a bad range"
+        );
+    }
+    // A range of the right form with a side that does not exist names that side.
+    for (range, side) in [
+        ("nope..HEAD", "nope"),
+        ("HEAD..nope", "nope"),
+        ("nope..", "nope"),
+    ] {
+        assert!(
+            matches!(repo.rev_list(range), Err(GitError::RangeSideMissing { side: s, .. }) if s == side),
+            "{range:?} misses {side}"
         );
     }
 

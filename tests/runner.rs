@@ -22,6 +22,7 @@ mod ledger;
 mod loopback;
 mod mcp;
 mod net;
+mod newcomer;
 mod output;
 mod parking;
 mod quickstart;

@@ -93,6 +93,20 @@ impl fmt::Display for Cause {
                 } else if let Some(d) = detail {
                     write!(f, " ({d})")?;
                 }
+                // Nothing listens there: most often no ledger was started yet.
+                if matches!(
+                    net,
+                    Some(
+                        NetCause::ConnectRefused(_)
+                            | NetCause::DnsFailed(_)
+                            | NetCause::ConnectTimeout(_)
+                    )
+                ) {
+                    f.write_str(
+                        "; is the ledger running? Start one with `metabob-mcp ledger serve`, or \
+                         check the URL (DISCOVERY_ENDPOINT or metabob.discoveryEndpoint)",
+                    )?;
+                }
                 Ok(())
             }
             Cause::BlockedByPortal { url, detail } => write!(
@@ -126,7 +140,7 @@ impl fmt::Display for Cause {
             Cause::KeyRejected { identity, status } => write!(
                 f,
                 "key_rejected: the substrate's identity ({identity}) rejected the API key (HTTP \
-                 {status}); substrate tools are unavailable; local tools still work. Use a key \
+                 {status}). Use a key \
                  of this substrate (`metabob-mcp ledger key create` on a local ledger)"
             ),
         }

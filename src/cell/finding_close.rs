@@ -109,8 +109,12 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     } else {
         env.cwd().join(&opts.work_dir)
     };
-    let repo = Repo::discover(&work)?
-        .ok_or_else(|| CellError::Failed(format!("{} is not a git checkout", work.display())))?;
+    let repo = Repo::discover(&work)?.ok_or_else(|| {
+        CellError::Failed(format!(
+            "{} is not a git checkout; run this in the clone, or pass --work-dir DIR of one",
+            work.display()
+        ))
+    })?;
     let workdir = repo.workdir().unwrap_or(work.clone());
     let task = opts.task.as_deref().map(TaskFile::read).transpose()?;
 

@@ -214,8 +214,12 @@ pub fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> 
 
 /// Runs the pull (anchor: run_task_pull).
 pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellError> {
-    for dir in [&opts.task_dir, &opts.work_dir] {
-        ensure_empty(dir)?;
+    crate::git::check_origin(&opts.origin).map_err(CellError::Failed)?;
+    for (dir, flag) in [
+        (&opts.task_dir, "--task-dir"),
+        (&opts.work_dir, "--work-dir"),
+    ] {
+        ensure_empty(dir, flag)?;
     }
     let work_abs = absolute(&env, &opts.work_dir);
     let att = super::attach_once(&mut env, &work_abs).await?;
@@ -670,12 +674,13 @@ fn absolute(env: &Env, p: &Path) -> PathBuf {
 }
 
 /// A task never reuses a directory: each must be empty or missing.
-fn ensure_empty(dir: &Path) -> Result<(), CellError> {
+fn ensure_empty(dir: &Path, flag: &str) -> Result<(), CellError> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => match entries.next() {
             None => Ok(()),
             Some(_) => Err(CellError::Failed(format!(
-                "{} is not empty; a cell starts from empty task and work directories",
+                "{} ({flag}) is not empty; a cell starts from empty task and work directories: \
+                 pass {flag} with an empty or missing directory",
                 dir.display()
             ))),
         },

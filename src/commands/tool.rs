@@ -57,9 +57,7 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
                 ));
             }
             if crate::mcp::tools::spec(&name).is_none() {
-                return Err(CliError::failure(format!(
-                    "no tool named {name}; `metabob-mcp tool list` names them"
-                )));
+                return Err(CliError::failure(crate::mcp::tools::unknown_tool(&name)));
             }
             let ctx = Ctx::new(env, false);
             let reply =

@@ -109,6 +109,49 @@ impl Wanted<'_> {
     }
 }
 
+/// Whether `origin` has a form git clones from (anchor: check_origin): a `http(s)://`,
+/// `ssh://`, `git://` or `file://` URL with something after the scheme, an scp-like
+/// `[user@]host:path`, or a local path (absolute, explicitly relative, or one that exists).
+/// Checked before the ledger is asked, so a mistyped origin is named rather than answered with
+/// "no open task" for a repository nobody has.
+pub fn check_origin(origin: &str) -> Result<(), String> {
+    let shown = crate::guard::redact_url_credentials(origin);
+    let refuse = |why: &str| {
+        Err(format!(
+            "--origin {shown:?} {why}; give the repository's clone URL (https://host/org/repo.git, \
+             ssh://…, git://…, file:///path, user@host:org/repo) or its local path"
+        ))
+    };
+    let o = origin.trim();
+    if o.is_empty() {
+        return refuse("is empty");
+    }
+    if o.chars().any(char::is_control) {
+        return refuse("holds a control character");
+    }
+    if let Some((scheme, rest)) = o.split_once("://") {
+        let known = ["http", "https", "ssh", "git", "file"];
+        if !known.contains(&scheme.to_ascii_lowercase().as_str()) {
+            return refuse(&format!(
+                "has the scheme {scheme:?}, which git does not clone over"
+            ));
+        }
+        if rest.trim_matches('/').is_empty() {
+            return refuse("names no host or path");
+        }
+        return Ok(());
+    }
+    let local = o.starts_with('/') || o.starts_with("./") || o.starts_with("../");
+    let scp = o
+        .split_once(':')
+        .is_some_and(|(host, path)| host.len() > 1 && !host.contains('/') && !path.is_empty());
+    if local || scp || Path::new(o).exists() {
+        Ok(())
+    } else {
+        refuse("is neither a URL nor a path that exists")
+    }
+}
+
 /// One clone attempt; `Ok(None)` when the remote has no ref `wanted` names, with nothing
 /// left behind in `dest`.
 fn fetch_and_check_out(

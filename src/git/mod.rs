@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use gix::bstr::ByteSlice;
 
-pub use clone::clone_at;
+pub use clone::{check_origin, clone_at};
 
 /// What failed in a git read, clone or fetch. `Display` is one line: what failed and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,11 @@ pub enum GitError {
         "bad revision range {0:?}: expected A..B or a single revision that resolves to a commit"
     )]
     BadRange(String),
+    #[error(
+        "revision range {range:?}: {side} is not a commit in this repository; check the name, \
+         and for a remote branch (origin/main) that the remote exists and was fetched"
+    )]
+    RangeSideMissing { range: String, side: String },
     #[error("reading the repository failed: {0}; the repository may be damaged or busy, retry")]
     Read(String),
 }
@@ -210,8 +215,13 @@ impl Repo {
                 fn side(s: &str) -> &str {
                     if s.is_empty() { "HEAD" } else { s }
                 }
-                let a = self.resolve_id(side(a))?.ok_or_else(bad)?;
-                let b = self.resolve_id(side(b))?.ok_or_else(bad)?;
+                // The range has its form; what is missing is one of its sides.
+                let missing = |s: &str| GitError::RangeSideMissing {
+                    range: range.to_string(),
+                    side: s.to_string(),
+                };
+                let a = self.resolve_id(side(a))?.ok_or_else(|| missing(side(a)))?;
+                let b = self.resolve_id(side(b))?.ok_or_else(|| missing(side(b)))?;
                 (Some(a), b)
             }
             None => (None, self.resolve_id(range)?.ok_or_else(bad)?),

@@ -137,7 +137,7 @@ macro_rules! registry {
                     Ok(a) => $handler(ctx, here, a).await,
                     Err(e) => Reply::error(format!("{name}: invalid arguments: {e}")),
                 },)*
-                other => Reply::error(format!("unknown tool {other}; `metabob-mcp tool list` names them")),
+                other => Reply::error(unknown_tool(other)),
             }
         }
     };
@@ -241,6 +241,41 @@ pub fn spec(name: &str) -> Option<&'static ToolSpec> {
     TOOLS.iter().find(|t| t.name == name)
 }
 
+/// The line for a tool name that is not served (anchor: unknown_tool), with the closest served
+/// name when one is near enough to be a typo, as clap does for commands.
+pub fn unknown_tool(name: &str) -> String {
+    let shown = crate::util::one_line(name, 60);
+    let near = TOOLS
+        .iter()
+        .map(|t| (edit_distance(name, t.name), t.name))
+        .filter(|(d, t)| *d <= 3.max(t.len() / 4))
+        .min();
+    match near {
+        Some((_, t)) => format!(
+            "no tool named {shown}; did you mean {t}? (`metabob-mcp tool list` names them all)"
+        ),
+        None => format!("no tool named {shown}; `metabob-mcp tool list` names them"),
+    }
+}
+
+/// Levenshtein distance over bytes; names are short ASCII, and a long input is cut first.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (&a.as_bytes()[..a.len().min(64)], b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 /// Runs one tool call (anchor: call_tool): the one path for every entry point. A call whose
 /// `cancelled` future completes first is abandoned: `None`, and the call log says so.
 pub async fn call(
@@ -289,9 +324,7 @@ pub async fn call(
 
 async fn gated(ctx: &Ctx, name: &str, args: Value) -> Reply {
     let Some(spec) = spec(name) else {
-        return Reply::error(format!(
-            "unknown tool {name}; `metabob-mcp tool list` names them"
-        ));
+        return Reply::error(unknown_tool(name));
     };
     if let Err(e) = validate(&Value::Object((spec.schema)()), &args, "") {
         return Reply::error(format!("{name}: invalid arguments: {e}"));
