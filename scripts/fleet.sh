@@ -34,7 +34,20 @@ die() {
     exit 1
 }
 
-compose() { docker-compose -p "$project" -f "$dir/compose.yaml" "$@"; }
+# Docker's compose plugin (`docker compose`), which most installs now carry, else the standalone
+# `docker-compose`.
+if docker compose version >/dev/null 2>&1; then
+    compose_cmd=(docker compose)
+elif command -v docker-compose >/dev/null; then
+    compose_cmd=(docker-compose)
+else
+    compose_cmd=()
+fi
+compose() {
+    [ ${#compose_cmd[@]} -gt 0 ] \
+        || die "neither \`docker compose\` nor docker-compose is installed (install Docker's compose plugin, or Debian's docker-compose)"
+    "${compose_cmd[@]}" -p "$project" -f "$dir/compose.yaml" "$@"
+}
 
 key() {
     [ -s "$state/key" ] || die "no fleet is up (no key in $state); run: scripts/fleet.sh up N"
@@ -79,10 +92,10 @@ serve_repository() {
 wait_healthy() {
     local id deadline=$((SECONDS + ${FLEET_WAIT:-120}))
     id=$(compose ps -q ledger)
-    [ -n "$id" ] || die "the ledger container did not start; see: docker-compose -p $project logs ledger"
+    [ -n "$id" ] || die "the ledger container did not start; see: ${compose_cmd[*]} -p $project logs ledger"
     until [ "$(docker inspect -f '{{.State.Health.Status}}' "$id")" = healthy ]; do
         [ "$SECONDS" -lt "$deadline" ] \
-            || die "the ledger is not healthy after ${FLEET_WAIT:-120}s; see: docker-compose -p $project logs ledger"
+            || die "the ledger is not healthy after ${FLEET_WAIT:-120}s; see: ${compose_cmd[*]} -p $project logs ledger"
         sleep 1
     done
 }
@@ -91,7 +104,7 @@ up() {
     local n=${1:-}
     local origin=${2:-}
     [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "up needs the number of cells: scripts/fleet.sh up N [ORIGIN]"
-    command -v docker-compose >/dev/null || die "docker-compose is not installed (Debian: apt-get install docker-compose)"
+    [ ${#compose_cmd[@]} -gt 0 ] || compose version
     local bin=${METABOB_BIN:-}
     if [ -z "$bin" ]; then
         log "building the release binary"
@@ -113,7 +126,7 @@ up() {
     compose exec -T ledger metabob-mcp ledger key create --data /data --org default \
         --scopes read,write --label fleet.sh --json \
         | sed -n 's/.*"key": "\(.*\)".*/\1/p' >"$state/key"
-    [ -s "$state/key" ] || die "creating the cells' key failed; see: docker-compose -p $project logs ledger"
+    [ -s "$state/key" ] || die "creating the cells' key failed; see: ${compose_cmd[*]} -p $project logs ledger"
     METABOB_API_KEY=$(key) ON_EMPTY=wait ORIGIN=$origin_url compose up -d --scale cell="$n" cell >&2
     log "$n cells are up on $origin_url; record tasks with: scripts/fleet.sh record --summary TEXT --file PATH"
 }
