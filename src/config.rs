@@ -109,8 +109,9 @@ pub fn unattached_message(missing: Missing, create_at: Option<&Path>) -> String 
     let what = match missing {
         Missing::ApiKey => "no API key (METABOB_API_KEY, SUBSTRATE_API_KEY or metabob.apiKey)",
         Missing::Endpoint => {
-            "no endpoint (METABOB_ENDPOINT, DISCOVERY_ENDPOINT or metabob.endpoint / \
-             metabob.discoveryEndpoint)"
+            "no ledger address (--ledger URL or METABOB_LEDGER with the address `ledger serve` \
+             prints; or DISCOVERY_ENDPOINT, METABOB_ENDPOINT, metabob.discoveryEndpoint / \
+             metabob.endpoint)"
         }
     };
     let create = create_at

@@ -235,7 +235,7 @@ fn flags_fill_the_environment_and_a_local_endpoint_derives_discovery() {
         v["result"]
             .as_str()
             .unwrap()
-            .starts_with("not_configured: no endpoint"),
+            .starts_with("not_configured: no ledger address"),
         "{v}"
     );
 }

@@ -113,3 +113,36 @@ fn renew_and_release_take_only_their_own_flags() {
         assert!(out.stderr.contains("unexpected argument"), "{out:?}");
     }
 }
+
+#[test]
+fn the_ledger_flag_takes_the_address_ledger_serve_prints() {
+    let host = TestEnv::new();
+    let ledger = host.ledger("main", &[]);
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(host.home().join(".substrate/config.json")).unwrap(),
+    )
+    .unwrap();
+    let key = config["metabob"]["apiKey"].as_str().expect("the admin key");
+
+    // A host with no config: the flag, then its environment twin.
+    let fresh = TestEnv::new();
+    let out = fresh.run(&[
+        "--ledger",
+        &ledger.url,
+        "--api-key",
+        key,
+        "attach",
+        "--check",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let mut twin = TestEnv::new();
+    twin.set("METABOB_LEDGER", ledger.url.as_str());
+    twin.set("METABOB_API_KEY", key);
+    let out = twin.run(&["attach", "--check"]);
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // Without it, the line says which flag takes the ledger's address.
+    let out = fresh.run(&["--api-key", key, "attach", "--check"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("--ledger URL"), "{out:?}");
+}

@@ -18,10 +18,15 @@ use crate::error::CliResult;
 #[derive(Debug, Parser)]
 #[command(name = "metabob-mcp", version, about, propagate_version = true)]
 pub struct Cli {
-    /// API key for the substrate; written into METABOB_API_KEY before any loader runs.
+    /// The API key (METABOB_API_KEY); wins over the environment and the config file.
     #[arg(long, global = true, value_name = "KEY")]
     pub api_key: Option<String>,
-    /// Substrate endpoint; written into METABOB_ENDPOINT before any loader runs.
+    /// The ledger's address, exactly as `ledger serve` prints it (http://127.0.0.1:18100); it
+    /// wins over DISCOVERY_ENDPOINT and the config file.
+    #[arg(long, global = true, value_name = "URL", env = "METABOB_LEDGER")]
+    pub ledger: Option<String>,
+    /// A substrate's API endpoint (METABOB_ENDPOINT); only its legacy local port 18080 implies
+    /// a ledger (18100). To name a ledger, use --ledger.
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint: Option<String>,
     /// Without a command, `serve`: so an MCP client entry `{ "command": "metabob-mcp" }` works.
@@ -54,6 +59,10 @@ pub async fn run(cli: Cli, mut env: Env) -> CliResult {
     }
     if let Some(endpoint) = cli.endpoint {
         env.set("METABOB_ENDPOINT", endpoint);
+    }
+    // The ledger's address is discovery's: the anchor every command attaches through.
+    if let Some(ledger) = cli.ledger {
+        env.set("DISCOVERY_ENDPOINT", ledger);
     }
     match cli
         .command

@@ -169,6 +169,20 @@ fn replacement(s: &str, i: usize, ids: &mut Ids) -> Option<(usize, String)> {
             if elapsed || json_duration {
                 return Some((digits, "[N]".into()));
             }
+            // A duration of a second or more reads `1.3 s` (inspect's trace); the unit follows
+            // the machine's speed, so both forms are one placeholder.
+            let tenths = rest[digits..]
+                .strip_prefix('.')
+                .map(|t| t.bytes().take_while(u8::is_ascii_digit).count())
+                .unwrap_or(0);
+            let seconds_len = digits + 1 + tenths + 2;
+            if tenths > 0
+                && !before.ends_with('.')
+                && rest[digits + 1 + tenths..].starts_with(" s")
+                && ends_at(i + seconds_len)
+            {
+                return Some((seconds_len, "[N] ms".into()));
+            }
         }
         if uuid(&b[i..]) && ends_at(i + 36) && (i == 0 || !word(b[i - 1])) {
             return Some((36, ids.name("UUID", &rest[..36])));
@@ -338,10 +352,10 @@ fn names_recur_and_differ_by_kind() {
     );
     assert_eq!(
         normalize(
-            "Parsed 4 files in 27 ms. (a.py; just now) 3 min ago \"until_ms\": 1796087629366, \"retry_after_seconds\":1920 \"minutes\": 60",
+            "Parsed 4 files in 27 ms. (a.py; just now) 3 min ago \"until_ms\": 1796087629366, \"retry_after_seconds\":1920 \"minutes\": 60 completed  1.3 s  v1.2 s",
             &env
         ),
-        "Parsed 4 files in [N] ms. (a.py; [AGE]) [AGE] \"until_ms\": [N], \"retry_after_seconds\":[N] \"minutes\": 60"
+        "Parsed 4 files in [N] ms. (a.py; [AGE]) [AGE] \"until_ms\": [N], \"retry_after_seconds\":[N] \"minutes\": 60 completed  [N] ms  v1.2 s"
     );
     let root = env.root.path().display().to_string();
     let repository = format!(
