@@ -4,8 +4,9 @@ use crate::attachment::check::{attach_check, render_text};
 use crate::env::Env;
 use crate::error::CliResult;
 
-/// Diagnose configuration, the network path and the attachment: the attach check plus the
-/// whole state object (warnings, proxy, TLS, each hop). Exit 0 only when attached.
+/// Diagnose configuration, the network path and the attachment: each hop, the warnings, the
+/// network's cause and when the attachment settled (`--json`: the whole state object). Exit 0
+/// only when attached.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// Print only the attach check's hops (same as `attach --check`).
@@ -26,8 +27,26 @@ pub async fn run(args: DoctorArgs, env: Env) -> CliResult {
             for w in &report.config.warnings {
                 crate::outln!("{:<10} {w}", "warning");
             }
-            crate::outln!("state");
-            super::print_json(&report.state)?;
+            let state = &report.state;
+            crate::outln!(
+                "{:<10} {}",
+                "network",
+                state
+                    .network
+                    .cause_line
+                    .as_deref()
+                    .unwrap_or("no network failure")
+            );
+            crate::outln!(
+                "{:<10} started {}; settled {}",
+                "timing",
+                state.started_at,
+                state.settled_at.as_deref().unwrap_or("not yet")
+            );
+            crate::outln!(
+                "{:<10} the whole state object: metabob-mcp doctor --json",
+                "more"
+            );
         }
     }
     Ok(super::attach::exit_for(&report))
