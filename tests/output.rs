@@ -177,24 +177,32 @@ fn pipe_with_its_reader_gone() -> Stdio {
     Stdio::from(writer)
 }
 
-/// Runs `args` twice: once read to its end, once with a stdout whose reader has already left.
-/// The second must end as the first did, with no panic and no internal error.
-fn quiet_on_a_closed_pipe(env: &TestEnv, args: &[&str]) {
-    let read = env.run(args);
+/// Runs `args` with a stdout whose reader has already left: its exit code and stderr.
+fn on_a_closed_pipe(env: &TestEnv, args: &[&str]) -> (Option<i32>, String) {
     let out = env
         .cmd(args)
         .stdout(pipe_with_its_reader_gone())
         .stderr(Stdio::piped())
         .output()
         .expect("run metabob-mcp");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs `args` twice: once read to its end, once with a stdout whose reader has already left.
+/// The second must end as the first did, with no panic and no internal error.
+fn quiet_on_a_closed_pipe(env: &TestEnv, args: &[&str]) {
+    let read = env.run(args);
+    let (code, stderr) = on_a_closed_pipe(env, args);
     let what = args.join(" ");
     assert!(
         !stderr.contains("panicked") && !stderr.contains("internal error"),
         "{what} with its reader gone: {stderr}"
     );
     assert_eq!(
-        out.status.code(),
+        code,
         Some(read.code),
         "{what}: the exit code changed with its reader gone: {stderr}"
     );
@@ -259,19 +267,8 @@ fn every_command_that_prints_ends_quietly_when_its_reader_leaves() {
         (&["task", "renew", "--task-dir", &t], 0),
         (&["task", "release", "--task-dir", &t], 0),
     ] {
-        let out = env
-            .cmd(args)
-            .stdout(pipe_with_its_reader_gone())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("run metabob-mcp");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "{}: {stderr}",
-            args.join(" ")
-        );
+        let (got, stderr) = on_a_closed_pipe(&env, args);
+        assert_eq!(got, Some(code), "{}: {stderr}", args.join(" "));
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     assert!(
