@@ -312,6 +312,9 @@ async fn execution_trace_lists_and_reads_through_the_producer() {
     );
     let s = Session::start(&env, &env.cwd(), Client::default()).await;
 
+    // A duration of a second or more reads in seconds; snapshots hold every duration as [N] ms.
+    let (raw, _) = s.call("execution_trace", json!({"limit": 10})).await;
+    assert!(raw.contains("exec_new2  success  12.4 s"), "{raw}");
     let listing = s.shown(&env, "execution_trace", json!({"limit": 10})).await;
     assert!(listing.contains("exec_old1"), "{listing}");
     assert!(!listing.contains("v_paradigm"), "{listing}");
