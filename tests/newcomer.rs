@@ -118,11 +118,7 @@ fn renew_and_release_take_only_their_own_flags() {
 fn the_ledger_flag_takes_the_address_ledger_serve_prints() {
     let host = TestEnv::new();
     let ledger = host.ledger("main", &[]);
-    let config: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(host.home().join(".substrate/config.json")).unwrap(),
-    )
-    .unwrap();
-    let key = config["metabob"]["apiKey"].as_str().expect("the admin key");
+    let key = &host.admin_key();
 
     // A host with no config: the flag, then its environment twin.
     let fresh = TestEnv::new();
@@ -145,4 +141,121 @@ fn the_ledger_flag_takes_the_address_ledger_serve_prints() {
     let out = fresh.run(&["--api-key", key, "attach", "--check"]);
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("--ledger URL"), "{out:?}");
+}
+
+/// Every command and group, with its path from the top (`task pull`).
+fn every_command() -> Vec<(String, clap::Command)> {
+    fn walk(path: &str, cmd: &clap::Command, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            let path = format!("{path} {}", sub.get_name()).trim().to_string();
+            out.push((path.clone(), sub.clone()));
+            walk(&path, sub, out);
+        }
+    }
+    let mut top = <metabob_mcp::commands::Cli as clap::CommandFactory>::command();
+    top.build();
+    let mut out = vec![(String::new(), top.clone())];
+    walk("", &top, &mut out);
+    out
+}
+
+#[test]
+fn every_command_shows_examples_and_says_what_each_flag_does() {
+    <metabob_mcp::commands::Cli as clap::CommandFactory>::command().debug_assert();
+    let commands = every_command();
+    assert!(commands.len() > 15, "{}", commands.len());
+    for (path, mut cmd) in commands {
+        let help = cmd.render_long_help().to_string();
+        let examples = help.split_once("\nExamples:\n  ").map(|(_, e)| e);
+        assert!(
+            examples.is_some_and(|e| e.contains("metabob-mcp ")),
+            "`{path} --help` shows no examples:\n{help}"
+        );
+        for arg in cmd.get_arguments() {
+            let said = arg.get_help().or(arg.get_long_help());
+            assert!(
+                said.is_some_and(|h| !h.to_string().trim().is_empty()),
+                "`{path} --help` leaves {:?} blank",
+                arg.get_id()
+            );
+        }
+        // The ledger flags appear exactly where they act: every command that talks to a ledger.
+        let takes_flags = cmd.get_arguments().any(|a| a.get_id() == "api_key");
+        let leaf = !cmd.has_subcommands();
+        let talks = leaf && !(path.starts_with("ledger") || path == "tool list");
+        assert_eq!(
+            takes_flags,
+            talks || path.is_empty(),
+            "`{path} --help`: --api-key shown where it does not act, or missing where it does"
+        );
+    }
+}
+
+#[test]
+fn ledger_flags_on_a_command_they_do_not_act_on_are_refused_by_name() {
+    let env = TestEnv::new();
+    let store = env.path("ledger-data").display().to_string();
+    for args in [
+        &["--api-key", "k", "ledger", "key", "list", "--data", &store][..],
+        &["--ledger", "http://127.0.0.1:1", "tool", "list"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.code, 1, "{out:?}");
+        assert!(
+            error_line(&out).contains(&format!("{} does not act on", args[0])),
+            "{out:?}"
+        );
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+    // After the command, the same flags are no flags of it at all.
+    let out = env.run(&["ledger", "key", "list", "--data", &store, "--api-key", "k"]);
+    assert!(out.stderr.contains("unexpected argument"), "{out:?}");
+    // Given on both sides, the one after the command wins: the bad one before it is not used.
+    let host = TestEnv::new();
+    let ledger = host.ledger("main", &[]);
+    let out = env.run(&[
+        "--ledger",
+        &format!("http://127.0.0.1:{}", closed_port()),
+        "attach",
+        "--check",
+        "--ledger",
+        &ledger.url,
+        "--api-key",
+        &host.admin_key(),
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[test]
+fn a_line_range_is_checked_before_the_ledger_is_asked() {
+    let env = TestEnv::new();
+    let record = |extra: &[&str]| {
+        let mut args = vec![
+            "finding",
+            "record",
+            "--origin",
+            "https://git.example/app.git",
+            "--file",
+            "a.py",
+            "--severity",
+            "LOW",
+            "--category",
+            "smell",
+            "--summary",
+            "s",
+        ];
+        args.extend_from_slice(extra);
+        env.run(&args)
+    };
+    let out = record(&["--line-start", "9", "--line-end", "3"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        error_line(&out).contains("--line-end 3 is before --line-start 9"),
+        "{out:?}"
+    );
+    let out = record(&["--line-end", "3"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("--line-start"), "{out:?}");
+    let out = record(&["--line-start", "0"]);
+    assert_eq!(out.code, 1, "{out:?}");
 }

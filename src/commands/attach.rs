@@ -7,6 +7,11 @@ use crate::error::{CliResult, Exit};
 /// Run the attachment once, as the server does, then one read through discovery; print each
 /// hop. Exit 0 only when attached and the read resolved. Writes nothing.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp attach --check
+  metabob-mcp attach --check --ledger http://ledger.lan:18100 --api-key mb_live_…
+  metabob-mcp attach --check --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"attached\"])'")]
 pub struct AttachArgs {
     /// Check the attachment (required: it is the command's only mode).
     #[arg(long, required = true)]
@@ -14,6 +19,8 @@ pub struct AttachArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 pub async fn run(args: AttachArgs, env: Env) -> CliResult {

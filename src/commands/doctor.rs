@@ -8,6 +8,11 @@ use crate::error::CliResult;
 /// network's cause and when the attachment settled (`--json`: the whole state object). Exit 0
 /// only when attached.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp doctor                               # every hop, warnings, the network's cause
+  metabob-mcp doctor --json                        # the whole state object
+  HTTPS_PROXY=http://proxy.lan:3128 metabob-mcp doctor --ledger https://ledger.lan")]
 pub struct DoctorArgs {
     /// Print only the attach check's hops (same as `attach --check`).
     #[arg(long)]
@@ -15,6 +20,8 @@ pub struct DoctorArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 pub async fn run(args: DoctorArgs, env: Env) -> CliResult {

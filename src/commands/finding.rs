@@ -12,9 +12,22 @@ use crate::ledger::record::FindingDraft;
 
 /// Findings on the shared ledger: close them by commit, or record one.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp finding record --file src/parse.py --severity HIGH --category correctness --summary \"drops the last token\"
+  metabob-mcp finding close --commits origin/main..HEAD")]
 pub struct FindingArgs {
     #[command(subcommand)]
     pub command: FindingCommand,
+}
+
+impl FindingArgs {
+    pub(super) fn connect(&mut self) -> &mut super::Connect {
+        match &mut self.command {
+            FindingCommand::Close(a) => &mut a.connect,
+            FindingCommand::Record(a) => &mut a.connect,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -28,6 +41,12 @@ pub enum FindingCommand {
 
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("which").required(true).args(["commits_from", "commits"]))]
+#[command(after_help = "\
+Examples:
+  git rev-list origin/main..HEAD > commits && git push origin HEAD:main
+  metabob-mcp finding close --commits-from commits --task /task/task.json --work-dir /work
+  metabob-mcp finding close --commits origin/main..HEAD      # after your own push, in the checkout
+  metabob-mcp finding close --commits HEAD~3..HEAD --target release --json")]
 pub struct CloseArgs {
     /// A file of commit ids, one per line (`git rev-list origin/<target>..HEAD > FILE`).
     #[arg(long, value_name = "FILE")]
@@ -47,9 +66,17 @@ pub struct CloseArgs {
     /// Print the reply as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp finding record --file src/parse.py --line-start 40 --line-end 52 \\
+      --severity HIGH --category correctness --summary \"parser drops the last token\"
+  metabob-mcp finding record --origin https://git.lan/app.git --category task --severity MEDIUM \\
+      --file src/parse.py --summary \"keep the last token\" --details \"ref: main\"")]
 pub struct RecordArgs {
     /// A file the finding is about (repeat for several).
     #[arg(long = "file", required = true, value_name = "PATH")]
@@ -66,9 +93,11 @@ pub struct RecordArgs {
     /// Longer explanation; for a task, its policy lines (`ref:`, `push_to:`, …).
     #[arg(long, default_value = "")]
     pub details: String,
-    #[arg(long)]
+    /// The first line (1-based) of the code it is about, in the first --file.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub line_start: Option<u32>,
-    #[arg(long)]
+    /// The last line of that code; needs --line-start, and is not before it.
+    #[arg(long, value_name = "N", requires = "line_start")]
     pub line_end: Option<u32>,
     /// Record even when the same finding is already open.
     #[arg(long)]
@@ -82,6 +111,8 @@ pub struct RecordArgs {
     /// Print the reply as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 pub async fn run(args: FindingArgs, env: Env) -> CliResult {
@@ -150,6 +181,13 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
 }
 
 async fn record(a: RecordArgs, env: Env) -> CliResult {
+    if let (Some(start), Some(end)) = (a.line_start, a.line_end)
+        && end < start
+    {
+        return Err(CliError::failure(format!(
+            "finding record: --line-end {end} is before --line-start {start}: give the code's last line"
+        )));
+    }
     let draft = FindingDraft {
         files: a.files,
         summary: a.summary,

@@ -10,6 +10,10 @@ use crate::ledger_server::{self, LedgerError, Location, Revoked, ServeOptions};
 
 /// The embedded ledger: discovery, identity and concept-db over SQLite or PostgreSQL.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp ledger serve
+  metabob-mcp ledger key create --org lab --scopes read,write")]
 pub struct LedgerArgs {
     #[command(subcommand)]
     pub command: LedgerCommand,
@@ -41,6 +45,7 @@ pub struct DataArg {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = serve_help())]
 pub struct ServeArgs {
     #[command(flatten)]
     pub data: DataArg,
@@ -62,6 +67,11 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp ledger key create --org lab --scopes read,write
+  metabob-mcp ledger key list
+  metabob-mcp ledger key revoke key_0123456789ab")]
 pub struct KeyArgs {
     #[command(subcommand)]
     pub command: KeyCommand,
@@ -78,6 +88,10 @@ pub enum KeyCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp ledger key create --org lab --scopes read,write --label fleet-a
+  metabob-mcp ledger key create --scopes read --json --data /var/lib/ledger")]
 pub struct KeyCreateArgs {
     #[command(flatten)]
     pub data: DataArg,
@@ -96,6 +110,10 @@ pub struct KeyCreateArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp ledger key list
+  METABOB_LEDGER_STORE=postgres://ledger@db.lan/ledger metabob-mcp ledger key list --json")]
 pub struct KeyListArgs {
     #[command(flatten)]
     pub data: DataArg,
@@ -105,11 +123,27 @@ pub struct KeyListArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp ledger key list                      # find the id
+  metabob-mcp ledger key revoke key_0123456789ab")]
 pub struct KeyRevokeArgs {
     /// The key id (key_…) from `key create` or `key list`
     pub key_id: String,
     #[command(flatten)]
     pub data: DataArg,
+}
+
+fn serve_help() -> String {
+    format!(
+        "{}\n\n\
+Examples:
+  metabob-mcp ledger serve                         # 127.0.0.1:18100, data in ~/.substrate/ledger
+  metabob-mcp ledger serve --listen 0.0.0.0:18100 --public-url http://ledger.lan:18100
+  METABOB_LEDGER_READERS=8 metabob-mcp ledger serve --listen 127.0.0.1:0 --data ./ledger
+  metabob-mcp ledger serve --store postgres://ledger@db.lan/ledger   # one of several replicas",
+        ledger_server::limits_help()
+    )
 }
 
 fn fail(e: LedgerError) -> CliError {

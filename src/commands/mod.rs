@@ -9,29 +9,86 @@ pub mod serve;
 pub mod task;
 pub mod tool;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use crate::env::Env;
 use crate::error::CliResult;
 
 /// A toolkit for container cells that take tasks from a shared findings ledger.
 #[derive(Debug, Parser)]
-#[command(name = "metabob-mcp", version, about, propagate_version = true)]
+#[command(name = "metabob-mcp", version, about, propagate_version = true, after_help = EXAMPLES)]
 pub struct Cli {
-    /// The API key (METABOB_API_KEY); wins over the environment and the config file.
-    #[arg(long, global = true, value_name = "KEY")]
-    pub api_key: Option<String>,
-    /// The ledger's address, exactly as `ledger serve` prints it (http://127.0.0.1:18100); it
-    /// wins over DISCOVERY_ENDPOINT and the config file.
-    #[arg(long, global = true, value_name = "URL", env = "METABOB_LEDGER")]
-    pub ledger: Option<String>,
-    /// A substrate's API endpoint (METABOB_ENDPOINT); only its legacy local port 18080 implies
-    /// a ledger (18100). To name a ledger, use --ledger.
-    #[arg(long, global = true, value_name = "URL")]
-    pub endpoint: Option<String>,
+    /// Before the command, these act on every command that talks to the ledger (and on the bare
+    /// `metabob-mcp`, which is `serve`); after it, on that command alone.
+    #[command(flatten)]
+    pub connect: Connect,
     /// Without a command, `serve`: so an MCP client entry `{ "command": "metabob-mcp" }` works.
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  metabob-mcp ledger serve                         # a ledger on 127.0.0.1:18100, data in ~/.substrate
+  metabob-mcp attach --check                       # is this machine attached to it?
+  metabob-mcp task pull --origin URL --task-dir ./task --work-dir ./work
+  metabob-mcp --ledger http://ledger.lan:18100 --api-key mb_live_… task list
+  metabob-mcp                                      # the agent's MCP server on stdio";
+
+/// How a command reaches the ledger. Only the commands that talk to it take these: `ledger …`
+/// reads its store directly and `tool list` asks nothing.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Reaching the ledger")]
+pub struct Connect {
+    /// The API key; wins over METABOB_API_KEY and the config file.
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// The ledger's address, exactly as `ledger serve` prints it (http://127.0.0.1:18100); wins
+    /// over METABOB_LEDGER, then DISCOVERY_ENDPOINT and the config file.
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
+    /// A substrate's API endpoint; wins over METABOB_ENDPOINT. Only its legacy local port 18080
+    /// implies a ledger (18100): to name a ledger, use --ledger.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+}
+
+impl Connect {
+    /// The flags given after the command win over those given before it.
+    fn or(self, before: Connect) -> Connect {
+        Connect {
+            api_key: self.api_key.or(before.api_key),
+            ledger: self.ledger.or(before.ledger),
+            endpoint: self.endpoint.or(before.endpoint),
+        }
+    }
+
+    fn given(&self) -> Option<&'static str> {
+        [
+            (self.api_key.is_some(), "--api-key"),
+            (self.ledger.is_some(), "--ledger"),
+            (self.endpoint.is_some(), "--endpoint"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
+    /// Precedence step 1: flags become environment before the configuration is read.
+    fn apply(self, env: &mut Env) {
+        if let Some(key) = self.api_key {
+            env.set("METABOB_API_KEY", key);
+        }
+        if let Some(endpoint) = self.endpoint {
+            env.set("METABOB_ENDPOINT", endpoint);
+        }
+        // The ledger's address is discovery's: the anchor every command attaches through.
+        let ledger = self
+            .ledger
+            .or_else(|| env.get("METABOB_LEDGER").map(str::to_string));
+        if let Some(ledger) = ledger {
+            env.set("DISCOVERY_ENDPOINT", ledger);
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,28 +103,46 @@ pub enum Command {
     Ledger(ledger::LedgerArgs),
     /// Serve MCP over stdio (the default command).
     Serve(serve::ServeArgs),
-    /// A cell's task: pull, renew, release.
+    /// A cell's task: pull, renew, release, reopen, and the board (list).
     Task(task::TaskArgs),
     /// Run MCP tools from a shell, in process: list, call.
     Tool(tool::ToolArgs),
 }
 
+impl Command {
+    /// The ledger flags given after the command, or, for a command that never talks to the
+    /// ledger, what it is and why.
+    fn connect(&mut self) -> Result<&mut Connect, &'static str> {
+        match self {
+            Command::Attach(a) => Ok(&mut a.connect),
+            Command::Doctor(a) => Ok(&mut a.connect),
+            Command::Finding(a) => Ok(a.connect()),
+            Command::Serve(a) => Ok(&mut a.connect),
+            Command::Task(a) => Ok(a.connect()),
+            Command::Tool(a) => a
+                .connect()
+                .ok_or("`tool list`, which asks nothing of a ledger"),
+            Command::Ledger(_) => Err("`ledger …`, which works on its store (--data or --store)"),
+        }
+    }
+}
+
 pub async fn run(cli: Cli, mut env: Env) -> CliResult {
-    // Precedence step 1: flags become environment before the loaders read it.
-    if let Some(key) = cli.api_key {
-        env.set("METABOB_API_KEY", key);
-    }
-    if let Some(endpoint) = cli.endpoint {
-        env.set("METABOB_ENDPOINT", endpoint);
-    }
-    // The ledger's address is discovery's: the anchor every command attaches through.
-    if let Some(ledger) = cli.ledger {
-        env.set("DISCOVERY_ENDPOINT", ledger);
-    }
-    match cli
+    let mut command = cli
         .command
-        .unwrap_or(Command::Serve(serve::ServeArgs::default()))
-    {
+        .unwrap_or(Command::Serve(serve::ServeArgs::default()));
+    match command.connect() {
+        Ok(after) => std::mem::take(after).or(cli.connect).apply(&mut env),
+        // Taken silently, a key or address meant for a ledger would hide the user's mistake.
+        Err(name) => {
+            if let Some(flag) = cli.connect.given() {
+                return Err(crate::error::CliError::failure(format!(
+                    "{flag} does not act on {name}: drop it"
+                )));
+            }
+        }
+    }
+    match command {
         Command::Serve(args) => serve::run(args, env).await,
         Command::Tool(args) => tool::run(args, env).await,
         Command::Attach(args) => attach::run(args, env).await,

@@ -15,6 +15,11 @@ use crate::mcp::{http, loopback};
 /// resolver (POST /v2/impulses/resolve, GET /health) listens on 127.0.0.1 beside it, its address
 /// announced on stderr.
 #[derive(Debug, Args, Default)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp serve                                # MCP on stdio; or a client entry { \"command\": \"metabob-mcp\" }
+  METABOB_CALL_LOG=/task/calls.jsonl metabob-mcp serve --resolver-port 7777
+  METABOB_HTTP_KEY=secret metabob-mcp serve --http 0.0.0.0:8787")]
 pub struct ServeArgs {
     /// Serve MCP over HTTP at ADDR (HOST:PORT), path /mcp, instead of stdio: one JSON body per
     /// request, no session. The process then serves HTTP only and ends on SIGTERM or SIGINT.
@@ -31,6 +36,8 @@ pub struct ServeArgs {
     /// Do not start the loopback resolver.
     #[arg(long)]
     pub no_resolver: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 // anchor: run

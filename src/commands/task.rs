@@ -10,11 +10,30 @@ use crate::error::{CliError, CliResult, Exit};
 use crate::ledger::claims::ClaimOutcome;
 use crate::ledger::parking::{Parked, Reopen};
 
-/// A cell's task: take one from the ledger, keep its claim alive, or give it back.
+/// A cell's task: take one from the ledger, keep its claim alive or give it back; put a parked
+/// task back; show the board.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task pull --origin https://git.lan/app.git --task-dir ./task --work-dir ./work
+  metabob-mcp task renew --task-dir ./task
+  metabob-mcp task release --task-dir ./task --reason \"giving up\"
+  metabob-mcp task list")]
 pub struct TaskArgs {
     #[command(subcommand)]
     pub command: TaskCommand,
+}
+
+impl TaskArgs {
+    pub(super) fn connect(&mut self) -> &mut super::Connect {
+        match &mut self.command {
+            TaskCommand::Pull(a) => &mut a.connect,
+            TaskCommand::Renew(a) => &mut a.claim.connect,
+            TaskCommand::Release(a) => &mut a.claim.connect,
+            TaskCommand::Reopen(a) => &mut a.connect,
+            TaskCommand::List(a) => &mut a.connect,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -38,6 +57,10 @@ pub enum TaskCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task list                            # parked tasks show their reason
+  metabob-mcp task reopen agf_0123456789abcdef")]
 pub struct ReopenArgs {
     /// The task's id (`agf_…`) or its concept id.
     #[arg(value_name = "TASK_ID")]
@@ -45,9 +68,16 @@ pub struct ReopenArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task list
+  metabob-mcp task list --origin https://git.lan/app.git
+  metabob-mcp task list --json --ledger http://ledger.lan:18100 --api-key mb_live_…")]
 pub struct ListArgs {
     /// Only this origin's repository (default: every repository of the key's org).
     #[arg(long, value_name = "GIT_URL")]
@@ -55,9 +85,16 @@ pub struct ListArgs {
     /// Print the board as the ledger answered it, as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task pull --origin https://git.lan/app.git --task-dir ./task --work-dir ./work
+  metabob-mcp task pull --origin /srv/git/app.git --minutes 30 --json
+  VESSEL_ID=cell-7 metabob-mcp task pull --origin git@git.lan:org/app.git    # /task and /work, as in a cell")]
 pub struct PullArgs {
     /// The repository to work on; its identity keys the ledger.
     #[arg(long, value_name = "GIT_URL")]
@@ -78,6 +115,8 @@ pub struct PullArgs {
     /// Print the reply as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
@@ -88,9 +127,15 @@ pub struct ClaimArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task renew                           # the claim in /task/task.json, for its minutes
+  metabob-mcp task renew --task-dir ./task --minutes 30")]
 pub struct RenewArgs {
     #[command(flatten)]
     pub claim: ClaimArgs,
@@ -100,6 +145,10 @@ pub struct RenewArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task release --reason \"rebase conflict on src/parse.py\"
+  metabob-mcp task release --failed --reason \"tests still fail\" --task-dir ./task")]
 pub struct ReleaseArgs {
     #[command(flatten)]
     pub claim: ClaimArgs,

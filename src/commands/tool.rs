@@ -9,20 +9,45 @@ use crate::mcp::Ctx;
 use crate::mcp::calllog::Via;
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp tool list
+  metabob-mcp tool call get_problems --args '{\"file_path\": \"src/parse.py\"}'")]
 pub struct ToolArgs {
     #[command(subcommand)]
     pub command: ToolCommand,
 }
 
+impl ToolArgs {
+    /// Only `call` reaches the ledger (through the tool it runs).
+    pub(super) fn connect(&mut self) -> Option<&mut super::Connect> {
+        match &mut self.command {
+            ToolCommand::List { .. } => None,
+            ToolCommand::Call { connect, .. } => Some(connect),
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ToolCommand {
     /// List the tools with their descriptions (--json: with input schemas, as tools/list).
+    #[command(after_help = "\
+Examples:
+  metabob-mcp tool list
+  metabob-mcp tool list --json                     # with each tool's input schema")]
     List {
+        /// Print the tools as MCP's tools/list answers them, input schemas included.
         #[arg(long)]
         json: bool,
     },
     /// Run one tool; prints its text answer, exit 1 when the tool reports an error.
+    #[command(after_help = "\
+Examples:
+  metabob-mcp tool call get_problems --args '{\"file_path\": \"src/parse.py\"}'
+  metabob-mcp tool call search_codebase --args '{\"query\": \"parse\"}' --json
+  metabob-mcp tool call concept_search --args '{\"query\": \"parser last token\"}'")]
     Call {
+        /// The tool's name, as `tool list` shows it.
         name: String,
         /// The arguments as a JSON object.
         #[arg(long, default_value = "{}")]
@@ -30,6 +55,8 @@ pub enum ToolCommand {
         /// Print the MCP result object ({content, isError}) instead of the text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        connect: super::Connect,
     },
 }
 
@@ -45,7 +72,9 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
             }
             Ok(Exit::Ok)
         }
-        ToolCommand::Call { name, args, json } => {
+        ToolCommand::Call {
+            name, args, json, ..
+        } => {
             let value: serde_json::Value = serde_json::from_str(&args).map_err(|e| {
                 CliError::failure(format!(
                     "--args is not JSON ({e}); pass an object such as '{{\"query\": \"parse\"}}'"

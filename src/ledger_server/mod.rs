@@ -100,6 +100,44 @@ impl Limits {
     }
 }
 
+/// `ledger serve --help`'s account of the limits, from the same names and defaults as above.
+pub fn limits_help() -> String {
+    let rows = [
+        (
+            REQUEST_BUDGET_VAR,
+            DEFAULT_REQUEST_BUDGET_MS,
+            MAX_LIMIT_MS,
+            "each request's time for its database work, in ms",
+        ),
+        (
+            IDLE_TIMEOUT_VAR,
+            DEFAULT_IDLE_TIMEOUT_MS,
+            MAX_LIMIT_MS,
+            "how long a connection may idle or take to send a request, in ms",
+        ),
+        (
+            READERS_VAR,
+            DEFAULT_READERS as u64,
+            MAX_READERS as u64,
+            "read-only store connections; one org may hold all but one",
+        ),
+        (
+            DRAIN_VAR,
+            DEFAULT_DRAIN_MS,
+            MAX_LIMIT_MS,
+            "on SIGTERM, how long the requests in flight may finish, in ms",
+        ),
+    ];
+    let mut text = String::from(
+        "Limits (environment variables, read at start; a value out of range is refused):",
+    );
+    for (name, default, max, what) in rows {
+        let set = format!("{name}={default}");
+        text.push_str(&format!("\n  {set:<40} {what} (1..={max})"));
+    }
+    text
+}
+
 fn env_number(env: &Env, name: &str, default: u64, max: u64) -> Result<u64, LedgerError> {
     let Some(text) = env.get(name) else {
         return Ok(default);

@@ -78,6 +78,17 @@ impl TestEnv {
         self.root.path().join("home")
     }
 
+    /// The admin key a first `ledger serve` wrote into this HOME's config.
+    pub fn admin_key(&self) -> String {
+        let config = std::fs::read_to_string(self.home().join(".substrate/config.json"))
+            .expect("a ledger started in this env wrote its config");
+        let config: serde_json::Value = serde_json::from_str(&config).expect("config is JSON");
+        config["metabob"]["apiKey"]
+            .as_str()
+            .expect("the config holds the admin key")
+            .to_string()
+    }
+
     pub fn cwd(&self) -> PathBuf {
         self.root.path().join("cwd")
     }
