@@ -19,12 +19,14 @@
 #                  the offline base from images/base/build.sh)
 #   HARNESS        the cells' harness (default: examples/fleet/harness.sh)
 #   FLEET_PROJECT  the compose project name (default metabob-fleet)
+#   FLEET_STATE    where the fleet's key is kept between steps (default target/fleet); give each
+#                  fleet on one host its own, with its own FLEET_PROJECT
 #   FLEET_WAIT     seconds `up` waits for the ledger to be healthy (default 120)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=$repo/examples/fleet
-state=$repo/target/fleet
+state=${FLEET_STATE:-$repo/target/fleet}
 project=${FLEET_PROJECT:-metabob-fleet}
 origin_url=git://git/app.git
 

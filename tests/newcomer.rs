@@ -1,7 +1,7 @@
 //! The mistakes a newcomer makes first: each is refused before anything is asked of the ledger,
 //! with one line that names the cause and the fix.
 
-use crate::support::{TestEnv, closed_port};
+use crate::support::{Output, TestEnv, closed_port};
 
 fn error_line(out: &crate::support::Output) -> &str {
     out.stderr
@@ -258,4 +258,98 @@ fn a_line_range_is_checked_before_the_ledger_is_asked() {
     assert!(out.stderr.contains("--line-start"), "{out:?}");
     let out = record(&["--line-start", "0"]);
     assert_eq!(out.code, 1, "{out:?}");
+}
+
+/// `scripts/fleet.sh status` with `docker` (and, when `standalone`, `docker-compose`) standing in
+/// for Docker's tools: each logs how it was called. `plugin` says whether `docker compose
+/// version` answers. Nothing else is on PATH, so the machine's own compose cannot answer.
+fn fleet_status_with(env: &TestEnv, plugin: bool, standalone: bool) -> (Output, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = env.path(&format!("shims-{plugin}-{standalone}"));
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = bin.join("calls.log");
+    let shim = |name: &str, body: &str| {
+        let path = bin.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\necho \"{name} $*\" >> '{}'\n{body}",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    let version = if plugin { "exit 0" } else { "exit 1" };
+    shim(
+        "docker",
+        &format!("[ \"$1 $2\" = 'compose version' ] && {version}\nexit 0\n"),
+    );
+    if standalone {
+        shim("docker-compose", "exit 0\n");
+    }
+    for tool in ["dirname", "cat"] {
+        let real = which(tool);
+        std::os::unix::fs::symlink(real, bin.join(tool)).unwrap();
+    }
+    let state = env.path(&format!("fleet-state-{plugin}-{standalone}"));
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("key"), "mb_live_k\n").unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(which("bash"))
+        .arg(repo.join("scripts/fleet.sh"))
+        .arg("status")
+        .env_clear()
+        .env("PATH", &bin)
+        .env("FLEET_STATE", &state)
+        .env("FLEET_PROJECT", "shimmed")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        Output::from(out),
+        std::fs::read_to_string(&log).unwrap_or_default(),
+    )
+}
+
+fn which(tool: &str) -> std::path::PathBuf {
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .unwrap();
+    std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+#[test]
+fn fleet_sh_uses_the_compose_plugin_first_and_the_standalone_compose_otherwise() {
+    let env = TestEnv::new();
+    let compose_file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet/compose.yaml");
+    let run = format!(
+        "-p shimmed -f {} run --rm -T --no-deps -e METABOB_API_KEY=mb_live_k --entrypoint metabob-mcp cell task list",
+        compose_file.display()
+    );
+    let (out, calls) = fleet_status_with(&env, true, true);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        calls.lines().any(|l| l == format!("docker compose {run}")),
+        "{calls}"
+    );
+    assert!(!calls.contains("docker-compose"), "{calls}");
+
+    let (out, calls) = fleet_status_with(&env, false, true);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        calls.lines().any(|l| l == format!("docker-compose {run}")),
+        "{calls}"
+    );
+
+    let (out, calls) = fleet_status_with(&env, false, false);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("neither `docker compose` nor docker-compose is installed"),
+        "{out:?}"
+    );
+    assert!(!calls.contains(" run "), "{calls}");
 }

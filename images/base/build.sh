@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the cell's base image offline: no image registry is reachable on the build machines,
-# but Debian's package mirror is, so debootstrap a minimal bookworm with git and
-# ca-certificates and `docker import` it (DESIGN.md §Containers).
+# but Debian's package mirror is, so debootstrap a minimal bookworm with git,
+# ca-certificates and jq (the sample harness reads task.json with it) and `docker import` it (DESIGN.md §Containers).
 #
 # Idempotent: an existing image is kept unless FORCE=1. Prints the image name on stdout.
 # IMAGE overrides the name, MIRROR the Debian mirror (default: the host's apt sources).
@@ -50,7 +50,7 @@ cleanup() { $SUDO rm -rf "$ROOT"; }
 trap cleanup EXIT
 
 log "debootstrap $SUITE from $MIRROR into $ROOT"
-$SUDO debootstrap --variant=minbase --include=git,ca-certificates "$SUITE" "$ROOT" "$MIRROR" >&2
+$SUDO debootstrap --variant=minbase --include=git,ca-certificates,jq "$SUITE" "$ROOT" "$MIRROR" >&2
 
 # Shrink: package lists, caches, docs, man pages and locales are not needed in a cell.
 $SUDO rm -rf "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/cache/apt/*.bin \
