@@ -13,7 +13,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use metabob_mcp::index::{Index, IndexOptions, Lang, scan};
+use metabob_index::{Index, IndexOptions, Lang, scan};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

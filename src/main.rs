@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use metabob_mcp::commands::{self, Cli};
-use metabob_mcp::env::Env;
 use metabob_mcp::error::Exit;
+use metabob_wire::env::Env;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         }
     };
     tracing_subscriber::fmt()
-        .with_writer(metabob_mcp::out::LogWriter)
+        .with_writer(metabob_wire::out::LogWriter)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -41,7 +41,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            metabob_mcp::errln!("error: cannot start the async runtime: {e}");
+            metabob_wire::errln!("error: cannot start the async runtime: {e}");
             return Exit::Failure.into();
         }
     };
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(_) => {
             runtime.shutdown_background();
-            metabob_mcp::errln!(
+            metabob_wire::errln!(
                 "error: internal error (a bug: the line above says where); nothing more was done, please report it"
             );
             return Exit::Failure.into();
@@ -64,13 +64,13 @@ fn main() -> ExitCode {
     runtime.shutdown_background();
     match result {
         Err(err) => {
-            metabob_mcp::errln!("error: {err}");
+            metabob_wire::errln!("error: {err}");
             err.exit.into()
         }
         // The output was cut short by something other than a reader that left early.
-        Ok(exit) => match metabob_mcp::out::stdout_failure() {
+        Ok(exit) => match metabob_wire::out::stdout_failure() {
             Some(e) => {
-                metabob_mcp::errln!(
+                metabob_wire::errln!(
                     "error: cannot write to stdout: {e}; the command ran but its output is incomplete: run it again with stdout somewhere writable"
                 );
                 Exit::Failure.into()

@@ -342,10 +342,10 @@ fn aliases_placeholders_and_an_environment_endpoint_choose_one_substrate() {
 
 mod in_process {
     use super::*;
-    use metabob_mcp::attachment::{Attachment, ClientClaim, ResolveError};
-    use metabob_mcp::config;
-    use metabob_mcp::env::Env;
-    use metabob_mcp::net::{NetClient, Request, Url};
+    use metabob_net::attachment::{Attachment, ClientClaim, ResolveError};
+    use metabob_net::config;
+    use metabob_net::{NetClient, Request, Url};
+    use metabob_wire::env::Env;
 
     fn attachment(env: &TestEnv, key: &str, discovery: &str) -> Attachment {
         let mut vars: Vec<(String, String)> = env.vars.clone();
@@ -353,7 +353,7 @@ mod in_process {
         vars.push(("DISCOVERY_ENDPOINT".into(), discovery.into()));
         let mut e = Env::new(vars, env.cwd());
         let cfg = config::load(&mut e);
-        let guard = metabob_mcp::guard::Guard::new(&e, Some(&env.cwd()));
+        let guard = metabob_wire::guard::Guard::new(&e, Some(&env.cwd()));
         Attachment::new(
             cfg,
             NetClient::from_env(&e),
@@ -414,7 +414,7 @@ mod in_process {
             .await
             .unwrap();
         let claim = &created.body["concept"]["client_claim"];
-        assert_eq!(claim["client"], metabob_mcp::CLIENT, "{}", created.body);
+        assert_eq!(claim["client"], metabob_wire::CLIENT, "{}", created.body);
         assert!(
             claim["operator"]
                 .as_str()

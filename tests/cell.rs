@@ -143,8 +143,8 @@ impl World {
             .to_string();
         let url = self.ledger.url.clone();
         tokio::runtime::Runtime::new().unwrap().block_on(async move {
-            use metabob_mcp::net::{NetClient, Request, Url};
-            let net = NetClient::from_env(&metabob_mcp::env::Env::new(Vec::new(), "/"));
+            use metabob_net::{NetClient, Request, Url};
+            let net = NetClient::from_env(&metabob_wire::env::Env::new(Vec::new(), "/"));
             let body = json!({"pointer": {"type": "conceptSearch", "shape": "finding_verdict", "limit": 1000}});
             let r = net
                 .send(Request::post_json(Url::parse(&url).unwrap().join("/resolve"), &body).header("authorization", format!("ApiKey {key}")))

@@ -7,16 +7,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use metabob_mcp::git::{GitError, Repo, clone_at};
-use metabob_mcp::ledger::repo_identity::{
+use metabob_cell::ledger::repo_identity::{
     Aliases, VesselDir, identity_of_origin, normalize_remote_url, repo_identity, vessel_aliases,
 };
+use metabob_git::{GitError, Repo, clone_at};
 
 use crate::support::{Reaped, TestEnv, closed_port, wait_until};
 
 /// Clone and fetch reach only file:// and git:// remotes here, which take no trust or proxy.
-fn net() -> metabob_mcp::net::NetClient {
-    metabob_mcp::net::NetClient::from_env(&metabob_mcp::env::Env::default())
+fn net() -> metabob_net::NetClient {
+    metabob_net::NetClient::from_env(&metabob_wire::env::Env::default())
 }
 
 /// Runs the git CLI with the test's hermetic environment; panics with its stderr on failure.
@@ -839,7 +839,7 @@ fn aliases_map_findings_both_ways() {
         &va,
         &["remote", "add", "origin", "git@host:org/Vessel-A.git"],
     );
-    let s = Aliases::for_workspace(&sup);
+    let s = metabob_cell::ledger::repo_identity::aliases_for_workspace(&sup);
     assert_eq!(s.identity(), "host/org/super");
     assert_eq!(
         s.map_finding("HOST/org/super", &files(&["x.rs"])),
@@ -877,7 +877,7 @@ fn aliases_map_findings_both_ways() {
         &vessel,
         &["remote", "add", "origin", "https://host/org/vessel-b"],
     );
-    let v = Aliases::for_workspace(&vessel);
+    let v = metabob_cell::ledger::repo_identity::aliases_for_workspace(&vessel);
     assert_eq!(
         v.map_finding(
             "host/org/super",
@@ -930,8 +930,8 @@ fn aliases_map_findings_both_ways() {
 mod cochange {
     use std::collections::HashMap;
 
-    use metabob_mcp::git::Repo;
-    use metabob_mcp::git::cochange::{MAX_FILES_PER_COMMIT, mine_cochanges};
+    use metabob_git::Repo;
+    use metabob_git::cochange::{MAX_FILES_PER_COMMIT, mine_cochanges};
 
     use crate::support::TestEnv;
 

@@ -18,8 +18,8 @@ fn resolve(env: &TestEnv, ledger: &str, pointer: Value) -> Value {
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(async move {
-            use metabob_mcp::net::{NetClient, Request, Url};
-            let net = NetClient::from_env(&metabob_mcp::env::Env::new(Vec::new(), "/"));
+            use metabob_net::{NetClient, Request, Url};
+            let net = NetClient::from_env(&metabob_wire::env::Env::new(Vec::new(), "/"));
             let req = Request::post_json(Url::parse(&url).unwrap().join("/resolve"), &body)
                 .header("authorization", format!("ApiKey {key}"));
             net.send(req).await.unwrap().json().unwrap()
@@ -291,7 +291,7 @@ fn an_answer_too_large_to_read_is_named_as_such() {
 /// A finding row of `identity` as large as every reader accepts, and as large again once JSON
 /// escapes it: its body is control characters, six bytes each on the wire.
 fn largest_finding(identity: &str, i: usize) -> (String, String) {
-    use metabob_mcp::ledger::row::{content_cap, summary_cap};
+    use metabob_wire::row::{content_cap, summary_cap};
     let head = format!(
         "repo: {identity}\nfiles: a.py\nseverity: LOW\ncategory: style\nstatus: open\nfinding_ids: agf_{i:016x}\n\n"
     );
@@ -325,7 +325,7 @@ fn rows_at_the_bound_blind_no_reader_and_one_byte_more_is_refused_naming_the_fie
     assert_eq!(status, 413, "{v}");
     assert_eq!(v["error"], "row_too_large", "{v}");
     assert_eq!(v["field"], "content", "{v}");
-    let cap = metabob_mcp::ledger::row::content_cap();
+    let cap = metabob_wire::row::content_cap();
     assert_eq!(v["max_bytes"], cap, "{v}");
     let (status, v) = write(&format!("{summary}x"), &content);
     assert_eq!((status, v["field"].as_str()), (413, Some("summary")), "{v}");

@@ -184,7 +184,7 @@ async fn registry_query_lists_the_vocabulary_and_who_serves_a_shape() {
     let all = s
         .shown(&env, "registry_query", json!({"mode": "shapes"}))
         .await;
-    for shape in metabob_mcp::ledger_server::resolve::LEDGER_SHAPES {
+    for shape in metabob_wire::shapes::LEDGER_SHAPES {
         assert!(all.contains(&format!("  {shape}\n")), "{shape}: {all}");
     }
     assert!(all.contains("  memoryNote\n"), "{all}");

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use metabob_mcp::ledger_server::concepts::{MAX_QUERY_TERMS, max_query_bytes};
-use metabob_mcp::ledger_server::routes::MAX_BODY_BYTES;
-use metabob_mcp::ledger_server::{IDLE_TIMEOUT_VAR, REQUEST_BUDGET_VAR};
+use metabob_ledger::concepts::{MAX_QUERY_TERMS, max_query_bytes};
+use metabob_ledger::routes::MAX_BODY_BYTES;
+use metabob_ledger::{IDLE_TIMEOUT_VAR, REQUEST_BUDGET_VAR};
 use serde_json::{Value, json};
 
 use crate::support::{Ledger, TestEnv, closed_port, snapshot, wait_until};
@@ -1239,7 +1239,7 @@ fn search_queries_are_bounded_and_database_text_never_answers() {
     let max_bytes = max_query_bytes();
     assert_eq!(
         max_bytes,
-        metabob_mcp::guard::field_rule("query").cap,
+        metabob_wire::guard::field_rule("query").cap,
         "the ledger's bound is the client's own cap on a query"
     );
     let search = |q: &str| resolve(&l, &reader, json!({"type": "conceptSearch", "query": q}));

@@ -575,7 +575,7 @@ fn serve_http_answers_initialize_list_and_call_with_one_json_body_each() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    let registered: Vec<&str> = metabob_mcp::mcp::tools::TOOLS
+    let registered: Vec<&str> = metabob_mcp_server::tools::TOOLS
         .iter()
         .map(|t| t.name)
         .collect();
@@ -758,7 +758,7 @@ fn serve_http_answers_a_malformed_body_as_stdio_answers_the_line_and_goes_on() {
         list.json()["result"]["tools"]
             .as_array()
             .map_or(0, Vec::len),
-        metabob_mcp::mcp::tools::TOOLS.len(),
+        metabob_mcp_server::tools::TOOLS.len(),
         "{}",
         list.body
     );

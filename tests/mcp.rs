@@ -10,8 +10,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metabob_mcp::env::Env;
-use metabob_mcp::mcp::Ctx;
+use metabob_mcp_server::Ctx;
+use metabob_wire::env::Env;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ListRootsResult, Root,
 };
@@ -69,7 +69,7 @@ impl Session {
         let ctx = Arc::new(Ctx::new(Env::new(env.vars.clone(), cwd), true));
         let (ours, theirs) = tokio::io::duplex(1 << 16);
         tokio::spawn(async move {
-            metabob_mcp::mcp::server::serve(ctx, tokio::io::split(theirs))
+            metabob_mcp_server::server::serve(ctx, tokio::io::split(theirs))
                 .await
                 .expect("the server runs until the client leaves");
         });
@@ -157,12 +157,12 @@ async fn initialize_carries_instructions_and_lists_every_tool() {
     assert!(instructions.contains("attach --check"), "{instructions}");
     let tools = s.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    let served: Vec<&str> = metabob_mcp::mcp::tools::TOOLS
+    let served: Vec<&str> = metabob_mcp_server::tools::TOOLS
         .iter()
         .map(|t| t.name)
         .collect();
     assert_eq!(names, served);
-    for named in metabob_mcp::mcp::instructions::named_tools() {
+    for named in metabob_mcp_server::instructions::named_tools() {
         assert!(names.contains(&named), "instructions name {named}");
     }
     for t in &tools {
@@ -747,7 +747,7 @@ fn tool_call_from_a_shell_gives_the_mcp_answer() {
     let out = env.run(&["tool", "list"]);
     assert_eq!(
         out.stdout.lines().count(),
-        metabob_mcp::mcp::tools::TOOLS.len()
+        metabob_mcp_server::tools::TOOLS.len()
     );
     insta::assert_snapshot!("tool_list", snapshot(&out, &env));
     let out = env.run(&[
@@ -1023,7 +1023,7 @@ pub fn malformed_lines() -> Vec<(&'static str, i64, Value)> {
 
 /// A request one byte over the most the server reads as one message.
 pub fn too_long_line() -> Vec<u8> {
-    let limit = metabob_mcp::mcp::framing::MAX_LINE_BYTES;
+    let limit = metabob_mcp_server::framing::MAX_LINE_BYTES;
     let mut long = br#"{"jsonrpc":"2.0","id":11,"method":"tools/list","params":{"pad":""#.to_vec();
     long.resize(limit + 1, b'x');
     long.extend_from_slice(br#""}}"#);
@@ -1079,7 +1079,7 @@ fn malformed_input_is_answered_as_json_rpc_says_and_the_server_goes_on() {
     let list = read_line(&mut raw.stdout);
     assert_eq!(list["id"], 13, "{list}");
     let listed = list["result"]["tools"].as_array().map_or(0, Vec::len);
-    assert_eq!(listed, metabob_mcp::mcp::tools::TOOLS.len(), "{list}");
+    assert_eq!(listed, metabob_mcp_server::tools::TOOLS.len(), "{list}");
     raw.call(14, "get_metrics");
     let call = read_line(&mut raw.stdout);
     assert_eq!(call["id"], 14, "{call}");

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::{CA_CN, Pki, closed_port, s_server};
-use metabob_mcp::env::Env;
-use metabob_mcp::net::{NetCause, NetClient, Request, Retry, RouteReason, Url};
+use metabob_net::{NetCause, NetClient, Request, Retry, RouteReason, Url};
+use metabob_wire::env::Env;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -377,7 +377,7 @@ async fn oversized_body_is_refused() {
         err.cause,
         NetCause::ResponseTooLarge {
             host: format!("127.0.0.1:{port}"),
-            limit: metabob_mcp::net::MAX_BODY_BYTES,
+            limit: metabob_net::MAX_BODY_BYTES,
         }
     );
 }

@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use metabob_mcp::cell::refname::{MAX_REF_LEN, validate_ref};
-use metabob_mcp::git::Repo;
-use metabob_mcp::trailers::{fixes_finding_ids, mentions_trailer_line, parse_trailers};
+use metabob_git::Repo;
+use metabob_wire::refname::{MAX_REF_LEN, validate_ref};
+use metabob_wire::trailers::{fixes_finding_ids, mentions_trailer_line, parse_trailers};
 
 use crate::support::TestEnv;
 

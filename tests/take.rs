@@ -267,7 +267,7 @@ fn a_take_refuses_bad_input_and_other_orgs_tasks_and_read_only_keys() {
     // Another org's key sees no task of this org, named or by repository: passed as closed,
     // nothing claimed.
     let (_, other) = w.ledger.create_key(&w.env, "other", "read,write");
-    let repository = metabob_mcp::ledger::repo_identity::identity_of_origin(&w.url);
+    let repository = metabob_wire::repo_identity::identity_of_origin(&w.url);
     let (status, v) = w.ledger.resolve(
         &other,
         json!({"type": "taskTake_write", "take": {

@@ -9,15 +9,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use metabob_mcp::attachment::Attachment;
-use metabob_mcp::cell::task_pull::{CandidateOutcome, ClaimPath, Claimer, PullStatus, classify};
-use metabob_mcp::env::Env;
-use metabob_mcp::ledger::claims::{ClaimAction, ClaimOutcome, claim_finding};
-use metabob_mcp::ledger::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
-use metabob_mcp::ledger::recall;
-use metabob_mcp::ledger::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
-use metabob_mcp::ledger::verdict::{self, NewVerdict, VerdictKind, VerdictOrigin};
-use metabob_mcp::util::now_ms;
+use metabob_cell::ledger::claims::{ClaimAction, ClaimOutcome, claim_finding};
+use metabob_cell::ledger::recall;
+use metabob_cell::ledger::verdict::{self, NewVerdict, VerdictKind, VerdictOrigin};
+use metabob_cell::task_pull::{CandidateOutcome, ClaimPath, Claimer, PullStatus, classify};
+use metabob_net::attachment::Attachment;
+use metabob_wire::env::Env;
+use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+use metabob_wire::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
+use metabob_wire::util::now_ms;
 
 use super::{Home, Res};
 
@@ -105,7 +105,7 @@ pub async fn simulate(
             .cloned()
             .chain(endpoint.map(|url| ("DISCOVERY_ENDPOINT".to_string(), url.clone())));
         let mut env = Env::new(vars, &home.cwd);
-        let att = metabob_mcp::cell::attach_once(&mut env, &home.cwd)
+        let att = metabob_cell::attach_once(&mut env, &home.cwd)
             .await
             .map_err(|e| format!("attach: {e}"))?;
         atts.push(att);
@@ -186,7 +186,7 @@ async fn record(atts: &[Attachment], repository: &str, tasks: usize) -> Res<()> 
         };
         let att = atts[i % atts.len()].clone();
         writes.spawn(async move {
-            metabob_mcp::ledger::write_concept(&att, f.to_pointer())
+            metabob_cell::ledger::write_concept(&att, f.to_pointer())
                 .await
                 .map(drop)
                 .map_err(|e| format!("record: {e}"))
@@ -255,8 +255,7 @@ impl Cell<'_> {
                 .candidates()
                 .iter()
                 .filter(|c| {
-                    c.outcome
-                        == CandidateOutcome::Claim(metabob_mcp::ledger::claims::ClaimWord::Lost)
+                    c.outcome == CandidateOutcome::Claim(metabob_wire::claims::ClaimWord::Lost)
                 })
                 .count();
             lock(shared).lost_claims += lost;
@@ -265,7 +264,7 @@ impl Cell<'_> {
                 Ok(None) => match claimer.report(&tasks, view.findings_truncated).status {
                     PullStatus::TryLater => {
                         lock(shared).try_later += 1;
-                        let jitter = u64::from(metabob_mcp::util::random_u16()) % 100;
+                        let jitter = u64::from(metabob_wire::util::random_u16()) % 100;
                         tokio::time::sleep(TRY_LATER_PAUSE + Duration::from_millis(jitter)).await;
                         continue;
                     }

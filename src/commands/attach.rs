@@ -1,8 +1,8 @@
 use clap::Args;
 
-use crate::attachment::check::{attach_check, render_text};
-use crate::env::Env;
 use crate::error::{CliResult, Exit};
+use metabob_net::attachment::check::{attach_check, render_text};
+use metabob_wire::env::Env;
 
 /// Run the attachment once, as the server does, then one read through discovery; print each
 /// hop. Exit 0 only when attached and the read resolved. Writes nothing.
@@ -28,12 +28,12 @@ pub async fn run(args: AttachArgs, env: Env) -> CliResult {
     if args.json {
         super::print_json(&report)?;
     } else {
-        crate::out!("{}", render_text(&report));
+        metabob_wire::out!("{}", render_text(&report));
     }
     Ok(exit_for(&report))
 }
 
 /// Exit 0 only when attached and the read resolved.
-pub(crate) fn exit_for(report: &crate::attachment::check::CheckReport) -> Exit {
+pub(crate) fn exit_for(report: &metabob_net::attachment::check::CheckReport) -> Exit {
     if report.ok() { Exit::Ok } else { Exit::Failure }
 }

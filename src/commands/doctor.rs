@@ -1,8 +1,8 @@
 use clap::Args;
 
-use crate::attachment::check::{attach_check, render_text};
-use crate::env::Env;
 use crate::error::CliResult;
+use metabob_net::attachment::check::{attach_check, render_text};
+use metabob_wire::env::Env;
 
 /// Diagnose configuration, the network path and the attachment: each hop, the warnings, the
 /// network's cause and when the attachment settled (`--json`: the whole state object). Exit 0
@@ -29,13 +29,13 @@ pub async fn run(args: DoctorArgs, env: Env) -> CliResult {
     if args.json {
         super::print_json(&report)?;
     } else {
-        crate::out!("{}", render_text(&report));
+        metabob_wire::out!("{}", render_text(&report));
         if !args.attach {
             for w in &report.config.warnings {
-                crate::outln!("{:<10} {w}", "warning");
+                metabob_wire::outln!("{:<10} {w}", "warning");
             }
             let state = &report.state;
-            crate::outln!(
+            metabob_wire::outln!(
                 "{:<10} {}",
                 "network",
                 state
@@ -44,13 +44,13 @@ pub async fn run(args: DoctorArgs, env: Env) -> CliResult {
                     .as_deref()
                     .unwrap_or("no network failure")
             );
-            crate::outln!(
+            metabob_wire::outln!(
                 "{:<10} started {}; settled {}",
                 "timing",
                 state.started_at,
                 state.settled_at.as_deref().unwrap_or("not yet")
             );
-            crate::outln!(
+            metabob_wire::outln!(
                 "{:<10} the whole state object: metabob-mcp doctor --json",
                 "more"
             );

@@ -3,12 +3,12 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::{cell_error, print_json};
-use crate::cell::finding_close::{self, CloseOptions, Commits, Outcome};
-use crate::cell::record::{self, RecordOptions, RecordOutcome};
-use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
-use crate::ledger::finding::{FindingStatus, Severity};
-use crate::ledger::record::FindingDraft;
+use metabob_cell::finding_close::{self, CloseOptions, Commits, Outcome};
+use metabob_cell::record::{self, RecordOptions, RecordOutcome};
+use metabob_wire::env::Env;
+use metabob_wire::finding::{FindingStatus, Severity};
+use metabob_wire::record::FindingDraft;
 
 /// Findings on the shared ledger: close them by commit, or record one.
 #[derive(Debug, Args)]
@@ -144,7 +144,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
     if a.json {
         print_json(&report)?;
     } else {
-        crate::outln!(
+        metabob_wire::outln!(
             "target origin/{}; {} commit(s); {} finding(s) named",
             report.target,
             report.commits,
@@ -174,7 +174,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
                 Outcome::NotOpen { why } => format!("not open  {why}"),
                 Outcome::Refused { why } => format!("refused   {why}"),
             };
-            crate::outln!("{} {line}", f.finding_id);
+            metabob_wire::outln!("{} {line}", f.finding_id);
         }
     }
     Ok(Exit::Ok)
@@ -215,8 +215,8 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
                 concept_id,
                 finding_ids,
                 ..
-            } => crate::outln!("{} {concept_id}", finding_ids.join(" ")),
-            RecordOutcome::AlreadyRecorded(d) => crate::outln!(
+            } => metabob_wire::outln!("{} {concept_id}", finding_ids.join(" ")),
+            RecordOutcome::AlreadyRecorded(d) => metabob_wire::outln!(
                 "Already recorded (open): {} — add details there, or pass --force. {} ({})",
                 d.id,
                 d.summary,

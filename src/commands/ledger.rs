@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
-use crate::ledger_server::{self, LedgerError, Location, Revoked, ServeOptions};
+use metabob_ledger::{LedgerError, Location, Revoked, ServeOptions};
+use metabob_wire::env::Env;
 
 /// The embedded ledger: discovery, identity and concept-db over SQLite or PostgreSQL.
 #[derive(Debug, Args)]
@@ -50,7 +50,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub data: DataArg,
     /// Address to listen on; port 0 picks a free one (the stdout line names it)
-    #[arg(long, value_name = "ADDR", default_value = ledger_server::DEFAULT_LISTEN)]
+    #[arg(long, value_name = "ADDR", default_value = metabob_ledger::DEFAULT_LISTEN)]
     pub listen: String,
     /// URL /bootstrap advertises [default: http://<listen ip>:<bound port>, loopback for 0.0.0.0/::]
     #[arg(long, value_name = "URL")]
@@ -59,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long = "producer", value_name = "SHAPE=URL")]
     pub producers: Vec<String>,
     /// How long a producer may take to answer a forwarded pointer
-    #[arg(long, value_name = "N", default_value_t = ledger_server::DEFAULT_FORWARD_TIMEOUT_MS)]
+    #[arg(long, value_name = "N", default_value_t = metabob_ledger::DEFAULT_FORWARD_TIMEOUT_MS)]
     pub forward_timeout_ms: u64,
     /// Serve and advertise no atomic take, as a substrate without one: cells claim by read-back
     #[arg(long)]
@@ -142,7 +142,7 @@ Examples:
   metabob-mcp ledger serve --listen 0.0.0.0:18100 --public-url http://ledger.lan:18100
   METABOB_LEDGER_READERS=8 metabob-mcp ledger serve --listen 127.0.0.1:0 --data ./ledger
   metabob-mcp ledger serve --store postgres://ledger@db.lan/ledger   # one of several replicas",
-        ledger_server::limits_help()
+        metabob_ledger::limits_help()
     )
 }
 
@@ -154,7 +154,7 @@ fn location(arg: DataArg, env: &Env) -> Result<Location, CliError> {
     match (arg.store, arg.data) {
         (Some(url), _) => Location::parse_store(&url).map_err(fail),
         (None, Some(d)) => Ok(Location::Sqlite(d)),
-        (None, None) => ledger_server::default_data_dir(env)
+        (None, None) => metabob_ledger::default_data_dir(env)
             .map(Location::Sqlite)
             .map_err(fail),
     }
@@ -186,7 +186,7 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                 forward_timeout_ms: a.forward_timeout_ms,
                 take: !a.no_take,
             };
-            ledger_server::serve(opts, env).await.map_err(fail)?;
+            metabob_ledger::serve(opts, env).await.map_err(fail)?;
         }
         LedgerCommand::Key(KeyArgs {
             command: KeyCommand::Create(a),
@@ -194,14 +194,14 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             let at = location(a.data, &env)?;
             let (org, scopes, label) = (a.org, a.scopes, a.label);
             let key =
-                blocking(move || ledger_server::create_key(&at, &org, &scopes, label.as_deref()))
+                blocking(move || metabob_ledger::create_key(&at, &org, &scopes, label.as_deref()))
                     .await?;
             if a.json {
-                crate::outln!("{}", to_json(&key));
+                metabob_wire::outln!("{}", to_json(&key));
             } else {
                 let scopes: Vec<_> = key.scopes.iter().map(|s| s.as_str()).collect();
-                crate::outln!("{}", key.key);
-                crate::errln!(
+                metabob_wire::outln!("{}", key.key);
+                metabob_wire::errln!(
                     "created {} in org {} ({}) with scopes {}; the key above is shown once",
                     key.key_id,
                     key.org,
@@ -214,12 +214,12 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             command: KeyCommand::List(a),
         }) => {
             let at = location(a.data, &env)?;
-            let keys = blocking(move || ledger_server::list_keys(&at)).await?;
+            let keys = blocking(move || metabob_ledger::list_keys(&at)).await?;
             if a.json {
-                crate::outln!("{}", to_json(&keys));
+                metabob_wire::outln!("{}", to_json(&keys));
             } else {
                 for k in keys {
-                    crate::outln!(
+                    metabob_wire::outln!(
                         "{}\t{}\t{}\t{}\t{}\t{}",
                         k.key_id,
                         k.org,
@@ -236,9 +236,9 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
         }) => {
             let at = location(a.data, &env)?;
             let key_id = a.key_id.clone();
-            match blocking(move || ledger_server::revoke_key(&at, &key_id)).await? {
-                Revoked::Now => crate::errln!("revoked {}", a.key_id),
-                Revoked::Already => crate::errln!("{} was already revoked", a.key_id),
+            match blocking(move || metabob_ledger::revoke_key(&at, &key_id)).await? {
+                Revoked::Now => metabob_wire::errln!("revoked {}", a.key_id),
+                Revoked::Already => metabob_wire::errln!("{} was already revoked", a.key_id),
             }
         }
     }

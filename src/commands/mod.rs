@@ -11,8 +11,8 @@ pub mod tool;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::env::Env;
 use crate::error::CliResult;
+use metabob_wire::env::Env;
 
 /// A toolkit for container cells that take tasks from a shared findings ledger.
 #[derive(Debug, Parser)]
@@ -158,14 +158,14 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<(), crate::error::
     let text = serde_json::to_string_pretty(v).map_err(|e| {
         crate::error::CliError::failure(format!("cannot render the reply as JSON: {e}"))
     })?;
-    crate::outln!("{text}");
+    metabob_wire::outln!("{text}");
     Ok(())
 }
 
 /// A cell command's failure as the CLI reports it: exit 2 for the attachment, 1 otherwise.
-pub(crate) fn cell_error(context: &str, e: crate::cell::CellError) -> crate::error::CliError {
-    use crate::cell::CellError;
+pub(crate) fn cell_error(context: &str, e: metabob_cell::CellError) -> crate::error::CliError {
     use crate::error::CliError;
+    use metabob_cell::CellError;
     match e {
         CellError::NotAttached(line) => CliError::not_attached(line),
         // Met partway, a lost attachment is still "not attached": the caller's exit code must

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
-use crate::mcp::Ctx;
-use crate::mcp::{http, loopback};
+use metabob_mcp_server::Ctx;
+use metabob_mcp_server::{http, loopback};
+use metabob_wire::env::Env;
 
 /// Serve MCP over stdio: JSON-RPC on stdin/stdout, logs on stderr (RUST_LOG). The loopback
 /// resolver (POST /v2/impulses/resolve, GET /health) listens on 127.0.0.1 beside it, its address
@@ -65,7 +65,7 @@ pub async fn run(args: ServeArgs, env: Env) -> CliResult {
     match plan {
         Some(plan) => serve_http(ctx, plan).await,
         None => {
-            crate::mcp::server::serve_stdio(ctx)
+            metabob_mcp_server::server::serve_stdio(ctx)
                 .await
                 .map_err(CliError::failure)?;
             Ok(Exit::Ok)

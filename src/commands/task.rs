@@ -3,12 +3,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::cell::task_claim::{GiveBack, renew_or_release, reopen_task};
-use crate::cell::task_pull::{self, PullOptions, PullStatus};
-use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
-use crate::ledger::claims::ClaimOutcome;
-use crate::ledger::parking::{Parked, Reopen};
+use metabob_cell::task_claim::{GiveBack, renew_or_release, reopen_task};
+use metabob_cell::task_pull::{self, PullOptions, PullStatus};
+use metabob_wire::claims::ClaimOutcome;
+use metabob_wire::env::Env;
+use metabob_wire::parking::{Parked, Reopen};
 
 /// A cell's task: take one from the ledger, keep its claim alive or give it back; put a parked
 /// task back; show the board.
@@ -192,7 +192,7 @@ pub async fn run(args: TaskArgs, env: Env) -> CliResult {
 // anchor: task-list
 async fn list(a: ListArgs, mut env: Env) -> CliResult {
     let here = env.cwd().to_path_buf();
-    let att = crate::cell::attach_once(&mut env, &here)
+    let att = metabob_cell::attach_once(&mut env, &here)
         .await
         .map_err(|e| super::cell_error("task list", e))?;
     let mut pointer = serde_json::json!({ "type": "taskBoard" });
@@ -207,7 +207,7 @@ async fn list(a: ListArgs, mut env: Env) -> CliResult {
     if a.json {
         super::print_json(&board)?;
     } else {
-        crate::out!("{}", board_text(&board));
+        metabob_wire::out!("{}", board_text(&board));
     }
     Ok(Exit::Ok)
 }
@@ -220,7 +220,7 @@ pub fn board_text(board: &serde_json::Value) -> String {
     let repos = board.get("repositories").and_then(Value::as_array);
     for repo in repos.into_iter().flatten() {
         out.push_str(&format!("{}\n", s(repo, "repository")));
-        for group in crate::ledger_server::board::GROUPS {
+        for group in metabob_ledger::board::GROUPS {
             for t in repo
                 .get(group)
                 .and_then(Value::as_array)
@@ -311,7 +311,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
         super::print_json(&report)?;
     } else {
         for c in &report.candidates {
-            crate::outln!(
+            metabob_wire::outln!(
                 "{:<9} {} {}{}",
                 c.outcome.as_str(),
                 c.task_id,
@@ -323,16 +323,16 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
             );
         }
         match report.status {
-            PullStatus::Pulled => crate::outln!(
+            PullStatus::Pulled => metabob_wire::outln!(
                 "pulled    {}",
                 report.task.as_ref().map_or("", |t| t.task_id.as_str())
             ),
-            PullStatus::NothingOpen => crate::outln!("no open task"),
-            PullStatus::TryLater => crate::outln!(
+            PullStatus::NothingOpen => metabob_wire::outln!("no open task"),
+            PullStatus::TryLater => metabob_wire::outln!(
                 "try later: retry after {}",
                 report.retry_after.as_deref().unwrap_or("a moment")
             ),
-            PullStatus::TaskFailed => crate::outln!(
+            PullStatus::TaskFailed => metabob_wire::outln!(
                 "task failed: {}; pull the next task",
                 report.failed.as_ref().map_or("", |f| if f.parked {
                     "it is parked"
@@ -360,7 +360,7 @@ async fn reopen(a: ReopenArgs, env: Env) -> CliResult {
     match outcome {
         Reopen::Reopened => {
             if !a.json {
-                crate::outln!("reopened {}", a.task);
+                metabob_wire::outln!("reopened {}", a.task);
             }
             Ok(Exit::Ok)
         }
@@ -394,9 +394,9 @@ async fn claim(a: ClaimArgs, given: GiveBack, env: Env) -> CliResult {
             parked: parked.as_ref(),
         })?;
     } else {
-        crate::outln!("{}", outcome.word());
+        metabob_wire::outln!("{}", outcome.word());
         if let Some(p) = &parked {
-            crate::outln!("parked: {}", p.reason);
+            metabob_wire::outln!("parked: {}", p.reason);
         }
     }
     match outcome {

@@ -3,10 +3,10 @@
 
 use clap::{Args, Subcommand};
 
-use crate::env::Env;
 use crate::error::{CliError, CliResult, Exit};
-use crate::mcp::Ctx;
-use crate::mcp::calllog::Via;
+use metabob_mcp_server::Ctx;
+use metabob_mcp_server::calllog::Via;
+use metabob_wire::env::Env;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -64,10 +64,10 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
     match args.command {
         ToolCommand::List { json } => {
             if json {
-                super::print_json(&crate::mcp::server::tool_list())?;
+                super::print_json(&metabob_mcp_server::server::tool_list())?;
             } else {
-                for t in crate::mcp::tools::TOOLS {
-                    crate::outln!("{:<22} {}", t.name, t.description);
+                for t in metabob_mcp_server::tools::TOOLS {
+                    metabob_wire::outln!("{:<22} {}", t.name, t.description);
                 }
             }
             Ok(Exit::Ok)
@@ -85,21 +85,28 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
                     "--args must be a JSON object, such as '{}'",
                 ));
             }
-            if crate::mcp::tools::spec(&name).is_none() {
-                return Err(CliError::failure(crate::mcp::tools::unknown_tool(&name)));
+            if metabob_mcp_server::tools::spec(&name).is_none() {
+                return Err(CliError::failure(metabob_mcp_server::tools::unknown_tool(
+                    &name,
+                )));
             }
             let ctx = Ctx::new(env, false);
-            let reply =
-                crate::mcp::tools::call(&ctx, &name, value, Via::Cli, std::future::pending())
-                    .await
-                    .expect("a call that is never cancelled answers");
+            let reply = metabob_mcp_server::tools::call(
+                &ctx,
+                &name,
+                value,
+                Via::Cli,
+                std::future::pending(),
+            )
+            .await
+            .expect("a call that is never cancelled answers");
             if json {
                 super::print_json(&serde_json::json!({
                     "content": [{"type": "text", "text": reply.text}],
                     "isError": reply.is_error,
                 }))?;
             } else {
-                crate::outln!("{}", reply.text);
+                metabob_wire::outln!("{}", reply.text);
             }
             Ok(if reply.is_error {
                 Exit::Failure

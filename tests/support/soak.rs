@@ -381,7 +381,7 @@ impl Fleet<'_> {
 
     /// One finding row of the repository at the row bound.
     fn big_row(&self, i: u64, replica: usize) -> Res<()> {
-        use metabob_mcp::ledger::row::{content_cap, summary_cap};
+        use metabob_wire::row::{content_cap, summary_cap};
         let head = format!(
             "repo: {}\nfiles: a.py\nseverity: LOW\ncategory: style\nstatus: open\nfinding_ids: agf_{:016x}\n\n",
             self.repository,
@@ -489,7 +489,7 @@ fn unchunk(mut raw: &[u8]) -> Vec<u8> {
 }
 
 /// Every verdict and claim row of the org, through search pages.
-fn verdict_rows(url: &str, key: &str) -> Res<Vec<metabob_mcp::ledger::verdict::Verdict>> {
+fn verdict_rows(url: &str, key: &str) -> Res<Vec<metabob_wire::verdict::Verdict>> {
     let mut rows = Vec::new();
     let mut offset = 0u64;
     loop {
@@ -500,11 +500,10 @@ fn verdict_rows(url: &str, key: &str) -> Res<Vec<metabob_mcp::ledger::verdict::V
         }
         let page = v["concepts"].as_array().cloned().unwrap_or_default();
         let n = page.len() as u64;
-        rows.extend(page.iter().filter_map(|c| {
-            metabob_mcp::ledger::verdict::Verdict::read(c)
-                .ok()
-                .flatten()
-        }));
+        rows.extend(
+            page.iter()
+                .filter_map(|c| metabob_wire::verdict::Verdict::read(c).ok().flatten()),
+        );
         offset = match v["next_offset"].as_u64() {
             Some(next) => next,
             None if n == 1000 => offset + n,
@@ -866,8 +865,8 @@ fn check(
     acked: Vec<String>,
     events: BTreeMap<&'static str, usize>,
 ) -> Res<Report> {
-    use metabob_mcp::ledger::claims::holder;
-    use metabob_mcp::ledger::verdict::VerdictKind;
+    use metabob_wire::claims::holder;
+    use metabob_wire::verdict::VerdictKind;
     let board = fleet.board()?;
     let (closed, parked, claimed) = (
         group(&board, "closed"),
@@ -876,7 +875,7 @@ fn check(
     );
     let url = fleet.url(0);
     let rows = verdict_rows(&url, &fleet.key)?;
-    let rows_of = |task: &str| -> Vec<&metabob_mcp::ledger::verdict::Verdict> {
+    let rows_of = |task: &str| -> Vec<&metabob_wire::verdict::Verdict> {
         rows.iter()
             .filter(|v| v.finding_ids.iter().any(|i| i == task))
             .collect()
@@ -912,7 +911,7 @@ fn check(
         // passes on inside that window is the one SPEC names (SPEC.md §The loop).
         let held = |t: i64| holder_at(&task, t).is_some_and(|h| h == cell);
         let fenced = rows_of(&task).into_iter().any(|v| {
-            v.kind == metabob_mcp::ledger::verdict::VerdictKind::Claimed
+            v.kind == metabob_wire::verdict::VerdictKind::Claimed
                 && v.reviewed_by.as_deref() == Some(cell.as_str())
                 && (at - FENCE_WINDOW_MS..=at).contains(&v.created_ms)
                 && held(v.created_ms)

@@ -1,0 +1,565 @@
+//! `finding close`: close the findings a range of commits names in `Fixes-Finding:` trailers,
+//! once the fix is merged into the target (SPEC.md §finding close). Pending, reverted and
+//! unpushed fixes are reported, never closed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::CellError;
+use super::fix_location::{History, check_fix_commit};
+use super::task_file::TaskFile;
+use crate::ledger::recall::{self, LedgerView};
+use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind, VerdictOrigin};
+use metabob_git::{GitError, Repo};
+use metabob_net::attachment::{Attachment, vessel_id};
+use metabob_wire::env::Env;
+use metabob_wire::finding::Finding;
+use metabob_wire::trailers::{FIXES_FINDING, fixes_finding_ids, trailer_line_values};
+
+/// A commits file is one id a line (41 bytes for sha-1): this holds about 400,000 commits, far
+/// past any push, and stops an endless input such as `/dev/zero`.
+const MAX_COMMITS_FILE_BYTES: u64 = 16 << 20;
+
+/// Verdict writes in flight at once.
+const WRITES_IN_FLIGHT: usize = 8;
+
+#[derive(Clone, Debug)]
+pub enum Commits {
+    /// A file of commit ids, one per line (what `git rev-list` prints).
+    File(PathBuf),
+    /// A range such as `origin/main..HEAD`.
+    Range(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct CloseOptions {
+    pub commits: Commits,
+    pub target: Option<String>,
+    pub work_dir: PathBuf,
+    pub task: Option<PathBuf>,
+}
+
+/// How the fix reached the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Via {
+    /// The commit itself is in the target's history.
+    Commit,
+    /// A target commit carries the same `Fixes-Finding:` line (a squash merge).
+    Trailer,
+    /// A target commit makes the same change without the line (a cherry-pick that dropped it).
+    PatchId,
+    /// A revert of the revert put it back.
+    Reapplied,
+}
+
+metabob_wire::display_as_wire_name!(Via);
+
+/// What `finding close` did for one finding.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    Closed {
+        commit: String,
+        via: Via,
+        verdict: String,
+    },
+    Pending {
+        commit: String,
+        branches: Vec<String>,
+        verdict: Option<String>,
+    },
+    Reverted {
+        commit: String,
+        reverted_by: String,
+    },
+    Unpushed {
+        commit: String,
+    },
+    NotOpen {
+        why: String,
+    },
+    Refused {
+        why: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FindingReport {
+    pub finding_id: String,
+    pub commits: Vec<String>,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CloseReport {
+    pub target: String,
+    pub commits: usize,
+    pub findings: Vec<FindingReport>,
+}
+
+/// Runs the close (anchor: run_finding_close).
+pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellError> {
+    let work = if opts.work_dir.is_absolute() {
+        opts.work_dir.clone()
+    } else {
+        env.cwd().join(&opts.work_dir)
+    };
+    let repo = Repo::discover(&work)?.ok_or_else(|| {
+        CellError::Failed(format!(
+            "{} is not a git checkout; run this in the clone, or pass --work-dir DIR of one",
+            work.display()
+        ))
+    })?;
+    let workdir = repo.workdir().unwrap_or(work.clone());
+    let task = opts.task.as_deref().map(TaskFile::read).transpose()?;
+
+    let commits = match &opts.commits {
+        Commits::Range(r) => repo.rev_list(r)?,
+        Commits::File(f) => {
+            let text = metabob_wire::util::read_bounded(f, MAX_COMMITS_FILE_BYTES)
+                .map_err(|e| CellError::Failed(format!("{} cannot be read: {e}", f.display())))?;
+            let mut out = Vec::new();
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                out.push(repo.resolve(line)?.ok_or_else(|| {
+                    CellError::Failed(format!(
+                        "commit {line} (from {}) is not in this checkout",
+                        f.display()
+                    ))
+                })?);
+            }
+            out
+        }
+    };
+    // Which findings the commits claim to fix; only ids and shas ever leave the machine.
+    let mut named: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for sha in &commits {
+        for id in fixes_finding_ids(&repo.commit(sha)?.message) {
+            named.entry(id).or_default().push(sha.clone());
+        }
+    }
+
+    let target = opts
+        .target
+        .clone()
+        .or_else(|| task.as_ref().map(|t| t.policy.target.clone()))
+        .unwrap_or_else(|| "main".into());
+    // A stale view of the origin could misjudge what is merged: fetch first, write nothing if
+    // that fails.
+    repo.fetch("origin", &metabob_net::NetClient::from_env(&env))
+        .map_err(|e| CellError::Failed(format!("{e}; nothing was written")))?;
+    let target_ref = format!("origin/{target}");
+    let tip = repo.resolve(&target_ref)?.ok_or_else(|| {
+        CellError::Failed(format!(
+            "origin has no branch {target}; nothing was written"
+        ))
+    })?;
+
+    let mut report = CloseReport {
+        target: target.clone(),
+        commits: commits.len(),
+        findings: Vec::new(),
+    };
+    if named.is_empty() {
+        return Ok(report);
+    }
+
+    let att = super::attach_once(&mut env, &workdir).await?;
+    let me = task
+        .as_ref()
+        .map(|t| t.vessel_id.clone())
+        .or_else(|| vessel_id(&env, &workdir));
+    let session = task
+        .map(|t| t.session)
+        .unwrap_or_else(|| att.claim().session.clone());
+
+    let aliases = crate::ledger::repo_identity::aliases_for_workspace(&workdir);
+    let view = recall::recall(&att, &aliases).await?;
+    let mut history = TargetHistory::new(&repo, &target_ref, &tip)?;
+
+    // Judge every finding first (git, in order), then send the writes together: they are
+    // independent, and the ledger's round trips would otherwise add up one after another.
+    let ctx = Ctx {
+        view: &view,
+        target: &target,
+    };
+    let mut writes = tokio::task::JoinSet::new();
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT));
+    for (id, shas) in named {
+        let index = report.findings.len();
+        let outcome = match view.findings.iter().find(|r| r.finding.has_id(&id)) {
+            None => Outcome::NotOpen {
+                why: "no open finding of this repository has this id; nothing was written".into(),
+            },
+            Some(r) => match plan(&ctx, &repo, &mut history, &r.finding, &r.files, &id, &shas)? {
+                Plan::Report(outcome) => outcome,
+                Plan::Write {
+                    kind,
+                    lines,
+                    outcome,
+                } => {
+                    let (att, finding) = (att.clone(), r.finding.clone());
+                    let (me, session) = (me.clone(), session.clone());
+                    let permits = permits.clone();
+                    writes.spawn(async move {
+                        let _permit = permits.acquire_owned().await;
+                        let id = write_verdict(&att, &finding, kind, lines, me, session).await;
+                        (index, id)
+                    });
+                    outcome
+                }
+            },
+        };
+        report.findings.push(FindingReport {
+            finding_id: id,
+            commits: shas,
+            outcome,
+        });
+    }
+    while let Some(done) = writes.join_next().await {
+        let (index, written) =
+            done.map_err(|e| CellError::Failed(format!("a verdict write stopped: {e}")))?;
+        let written = written?;
+        match &mut report.findings[index].outcome {
+            Outcome::Closed { verdict, .. } => *verdict = written,
+            Outcome::Pending { verdict, .. } => *verdict = Some(written),
+            _ => {}
+        }
+    }
+    Ok(report)
+}
+
+struct Ctx<'a> {
+    view: &'a LedgerView,
+    target: &'a str,
+}
+
+/// What to do for one finding: report it, or write a verdict and then report it.
+enum Plan {
+    Report(Outcome),
+    Write {
+        kind: VerdictKind,
+        lines: Vec<(&'static str, String)>,
+        outcome: Outcome,
+    },
+}
+
+/// Judges one finding against the target (git only; nothing is sent here).
+#[allow(clippy::too_many_arguments)]
+fn plan(
+    ctx: &Ctx<'_>,
+    repo: &Repo,
+    history: &mut TargetHistory<'_>,
+    finding: &Finding,
+    files: &[String],
+    id: &str,
+    shas: &[String],
+) -> Result<Plan, CellError> {
+    let standing = ctx.view.standing(finding);
+    if standing.is_closed() {
+        return Ok(Plan::Report(Outcome::NotOpen {
+            why: "the finding is already closed; nothing was written".into(),
+        }));
+    }
+    Ok(
+        match history.judge(repo, id, shas, finding.created_ms / 1000)? {
+            Landing::Merged { commit, via } => {
+                match check_fix_commit(repo, finding, files, &commit, &*history) {
+                    Err(e) => Plan::Report(Outcome::Refused {
+                        why: format!("{e}; nothing was written"),
+                    }),
+                    Ok(location) => {
+                        let mut lines = location.lines;
+                        lines.push((
+                            "fix_via",
+                            serde_json::to_value(via)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default(),
+                        ));
+                        lines.push(("fix_target", ctx.target.to_string()));
+                        Plan::Write {
+                            kind: VerdictKind::Fixed,
+                            lines,
+                            outcome: Outcome::Closed {
+                                commit,
+                                via,
+                                verdict: String::new(),
+                            },
+                        }
+                    }
+                }
+            }
+            Landing::Reverted {
+                commit,
+                reverted_by,
+            } => Plan::Report(Outcome::Reverted {
+                commit,
+                reverted_by,
+            }),
+            Landing::NotMerged => {
+                let commit = shas[0].clone();
+                let mut branches = Vec::new();
+                for sha in shas {
+                    branches.extend(repo.remote_branches_containing(sha, "origin")?);
+                }
+                branches.sort();
+                branches.dedup();
+                if branches.is_empty() {
+                    return Ok(Plan::Report(Outcome::Unpushed { commit }));
+                }
+                // One pending verdict per fix and target is enough.
+                if let Standing::Pending { verdict: v } = &standing
+                    && v.fix_commit.as_deref() == Some(commit.as_str())
+                    && v.fix_target.as_deref() == Some(ctx.target)
+                {
+                    return Ok(Plan::Report(Outcome::Pending {
+                        commit,
+                        branches,
+                        verdict: None,
+                    }));
+                }
+                let lines = vec![
+                    ("fix", format!("commit {commit}")),
+                    ("fix_branch", branches.join(", ")),
+                    ("fix_target", ctx.target.to_string()),
+                ];
+                Plan::Write {
+                    kind: VerdictKind::Pending(Pending::AwaitingMerge),
+                    lines,
+                    outcome: Outcome::Pending {
+                        commit,
+                        branches,
+                        verdict: None,
+                    },
+                }
+            }
+        },
+    )
+}
+
+/// Writes one verdict through the ledger's one verdict writer.
+async fn write_verdict(
+    att: &Attachment,
+    finding: &Finding,
+    kind: VerdictKind,
+    lines: Vec<(&'static str, String)>,
+    reviewed_by: Option<String>,
+    session: String,
+) -> Result<String, CellError> {
+    let nv = NewVerdict {
+        finding,
+        kind,
+        reviewed_by,
+        session,
+        origin: VerdictOrigin::Remote,
+        lines,
+    };
+    Ok(verdict::write(att, &nv, "finding-close").await?)
+}
+
+/// What the target's history says about one finding's fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Landing {
+    Merged { commit: String, via: Via },
+    Reverted { commit: String, reverted_by: String },
+    NotMerged,
+}
+
+struct Entry {
+    sha: String,
+    committer_time: i64,
+}
+
+/// A commit that names a finding was written after the finding: this much earlier is allowed
+/// for committers' clocks.
+const CLOCK_ALLOWANCE_S: i64 = 24 * 3600;
+
+/// The target's history, read newest first only as far back as a question needs
+/// (anchor: TargetHistory). Only what the judgement uses is kept: each commit's sha and time,
+/// the ids its lines name, and what it reverts.
+pub struct TargetHistory<'r> {
+    name: String,
+    tip: String,
+    walk: Box<dyn Iterator<Item = Result<metabob_git::CommitInfo, GitError>> + 'r>,
+    exhausted: bool,
+    entries: Vec<Entry>,
+    index: HashMap<String, usize>,
+    /// Finding id → the commits carrying a `Fixes-Finding: <id>` line anywhere in the message.
+    carriers: HashMap<String, Vec<usize>>,
+    /// Reverted sha → the commits that revert it.
+    reverts: HashMap<String, Vec<usize>>,
+}
+
+impl History for TargetHistory<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn contains(&self, repo: &Repo, sha: &str) -> Result<bool, GitError> {
+        if self.index.contains_key(sha) {
+            return Ok(true);
+        }
+        if self.exhausted {
+            return Ok(false);
+        }
+        repo.is_ancestor(sha, &self.tip)
+    }
+}
+
+impl<'r> TargetHistory<'r> {
+    pub fn new(repo: &'r Repo, name: &str, tip: &str) -> Result<TargetHistory<'r>, GitError> {
+        Ok(TargetHistory {
+            name: name.to_string(),
+            tip: tip.to_string(),
+            walk: Box::new(repo.history(tip)?),
+            exhausted: false,
+            entries: Vec::new(),
+            index: HashMap::new(),
+            carriers: HashMap::new(),
+            reverts: HashMap::new(),
+        })
+    }
+
+    /// Reads on until a commit older than `time` (unix seconds) has been read, or the end.
+    fn scan_back_to(&mut self, time: i64) -> Result<(), GitError> {
+        while !self.exhausted && self.entries.last().is_none_or(|e| e.committer_time >= time) {
+            let Some(c) = self.walk.next() else {
+                self.exhausted = true;
+                break;
+            };
+            let c = c?;
+            let i = self.entries.len();
+            for id in trailer_line_values(&c.message, FIXES_FINDING) {
+                self.carriers.entry(id.to_string()).or_default().push(i);
+            }
+            for reverted in reverted_shas(&c.message) {
+                self.reverts.entry(reverted).or_default().push(i);
+            }
+            self.index.insert(c.sha.clone(), i);
+            self.entries.push(Entry {
+                sha: c.sha,
+                committer_time: c.committer_time,
+            });
+        }
+        Ok(())
+    }
+
+    /// Weighs landings and reverts in history order (anchor: judge): the last event wins, so a
+    /// fix reverted and then re-applied is merged, not reverted. `recorded` is when the finding
+    /// was recorded (unix seconds): no commit before it can carry its id, so the history is
+    /// read back to it, and further only to reach an older fix commit.
+    pub fn judge(
+        &mut self,
+        repo: &Repo,
+        id: &str,
+        fixes: &[String],
+        recorded: i64,
+    ) -> Result<Landing, GitError> {
+        self.scan_back_to(recorded - CLOCK_ALLOWANCE_S)?;
+        let mut landings: Vec<(usize, Via)> = Vec::new();
+        for fix in fixes {
+            if !self.index.contains_key(fix) && self.contains(repo, fix)? {
+                // A fix older than what was read (committed before the finding was recorded).
+                self.scan_back_to(repo.commit(fix)?.committer_time)?;
+            }
+            if let Some(i) = self.index.get(fix) {
+                landings.push((*i, Via::Commit));
+            }
+        }
+        for &i in self.carriers.get(id).into_iter().flatten() {
+            if !landings.iter().any(|(j, _)| *j == i) {
+                landings.push((i, Via::Trailer));
+            }
+        }
+        let state = self.replay(&landings);
+        if matches!(state, Landing::Merged { .. }) {
+            return Ok(state);
+        }
+        // A cherry-pick that dropped the line: the same change, after the fix was written.
+        for fix in fixes {
+            let Some(pid) = repo.patch_id(fix)? else {
+                continue;
+            };
+            let since = repo.commit(fix)?.committer_time - 120;
+            self.scan_back_to(since)?;
+            for i in 0..self.entries.len() {
+                if self.entries[i].committer_time < since || landings.iter().any(|(j, _)| *j == i) {
+                    continue;
+                }
+                if repo.patch_id(&self.entries[i].sha)?.as_deref() == Some(pid.as_str()) {
+                    landings.push((i, Via::PatchId));
+                }
+            }
+        }
+        Ok(self.replay(&landings))
+    }
+
+    /// Replays landings, reverts and reverts of reverts, oldest first.
+    fn replay(&self, landings: &[(usize, Via)]) -> Landing {
+        #[derive(Clone, Copy)]
+        enum Ev {
+            Land(usize, Via),
+            Revert(usize, usize),
+            Reapply(usize),
+        }
+        let mut events: Vec<(usize, Ev)> = landings
+            .iter()
+            .map(|(i, v)| (*i, Ev::Land(*i, *v)))
+            .collect();
+        for (i, _) in landings {
+            for r in self
+                .reverts
+                .get(&self.entries[*i].sha)
+                .into_iter()
+                .flatten()
+            {
+                events.push((*r, Ev::Revert(*r, *i)));
+                for rr in self
+                    .reverts
+                    .get(&self.entries[*r].sha)
+                    .into_iter()
+                    .flatten()
+                {
+                    events.push((*rr, Ev::Reapply(*rr)));
+                }
+            }
+        }
+        // Larger index = older.
+        events.sort_by_key(|e| std::cmp::Reverse(e.0));
+        let mut state = Landing::NotMerged;
+        for (_, ev) in events {
+            state = match ev {
+                Ev::Land(i, via) => Landing::Merged {
+                    commit: self.entries[i].sha.clone(),
+                    via,
+                },
+                Ev::Revert(r, i) => Landing::Reverted {
+                    commit: self.entries[i].sha.clone(),
+                    reverted_by: self.entries[r].sha.clone(),
+                },
+                Ev::Reapply(rr) => Landing::Merged {
+                    commit: self.entries[rr].sha.clone(),
+                    via: Via::Reapplied,
+                },
+            };
+        }
+        state
+    }
+}
+
+/// The shas a message says it reverts (`This reverts commit <sha>`, as `git revert` writes).
+fn reverted_shas(message: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = message;
+    while let Some(i) = rest.find("This reverts commit ") {
+        rest = &rest[i + "This reverts commit ".len()..];
+        let sha: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+        if sha.len() == 40 || sha.len() == 64 {
+            out.push(sha.to_ascii_lowercase());
+        }
+    }
+    out
+}

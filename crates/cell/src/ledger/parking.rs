@@ -1,0 +1,93 @@
+//! The client's half of `parking`: what it does over the attachment. It re-exports the wire
+//! vocabulary it speaks, so a caller imports one module.
+
+pub use metabob_wire::parking::*;
+
+use super::recall::verdicts_of;
+use super::verdict::{self, NewVerdict, Standing, VerdictKind, VerdictOrigin, standing};
+use metabob_net::attachment::{Attachment, ResolveError};
+use metabob_wire::finding::Finding;
+
+/// Parks `finding` at once, for a cause the task itself carries (anchor: park_task).
+pub async fn park(
+    att: &Attachment,
+    finding: &Finding,
+    me: &str,
+    session: &str,
+    parked: &Parked,
+) -> Result<(), ResolveError> {
+    let mut lines = vec![("reason", parked.reason.clone())];
+    if !parked.tried_by.is_empty() {
+        lines.push(("tried_by", parked.tried_by.join(", ")));
+    }
+    let nv = NewVerdict {
+        finding,
+        kind: VerdictKind::Parked,
+        reviewed_by: Some(me.to_string()),
+        session: session.to_string(),
+        origin: VerdictOrigin::Remote,
+        lines,
+    };
+    verdict::write(att, &nv, "park").await?;
+    Ok(())
+}
+
+/// After a `task failed` row: parks the task once failures by `park_after` distinct cells stand
+/// against it since it was last reopened (anchor: park_after_failures). `None` while fewer have
+/// failed it, or when it no longer stands open.
+pub async fn park_after_failures(
+    att: &Attachment,
+    finding: &Finding,
+    me: &str,
+    session: &str,
+    reason: &str,
+    park_after: usize,
+) -> Result<Option<Parked>, ResolveError> {
+    let rows = verdicts_of(att, finding).await?;
+    if !matches!(standing(&rows), Standing::Open) {
+        return Ok(None);
+    }
+    let cells = verdict::failed_by(&rows);
+    if cells.len() < park_after.max(1) {
+        return Ok(None);
+    }
+    let parked = Parked {
+        reason: match cells.len() {
+            1 => format!("one cell failed it: {reason}"),
+            n => format!("{n} cells failed it; the last: {reason}"),
+        },
+        tried_by: cells
+            .into_iter()
+            .rev()
+            .take(verdict::MAX_TRIED_BY)
+            .collect(),
+    };
+    park(att, finding, me, session, &parked).await?;
+    Ok(Some(parked))
+}
+
+/// Puts a parked task back on the board (anchor: reopen_task): its earlier failures stop
+/// counting, and the take offers it again.
+pub async fn reopen(
+    att: &Attachment,
+    finding: &Finding,
+    me: &str,
+    session: &str,
+) -> Result<Reopen, ResolveError> {
+    let rows = verdicts_of(att, finding).await?;
+    match standing(&rows) {
+        Standing::Parked { .. } => {}
+        Standing::Closed { .. } | Standing::Pending { .. } => return Ok(Reopen::Closed),
+        Standing::Open => return Ok(Reopen::NotParked),
+    }
+    let nv = NewVerdict {
+        finding,
+        kind: VerdictKind::Reopened,
+        reviewed_by: Some(me.to_string()),
+        session: session.to_string(),
+        origin: VerdictOrigin::Remote,
+        lines: vec![("reason", "reopened by an operator".to_string())],
+    };
+    verdict::write(att, &nv, "reopen").await?;
+    Ok(Reopen::Reopened)
+}

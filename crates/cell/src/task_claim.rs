@@ -1,0 +1,97 @@
+//! `task renew`, `task release` and `task reopen`: the entrypoint's heartbeat on the claim `task
+//! pull` took, read from task.json, and the operator's way back for a parked task.
+//! (SPEC.md §task renew and task release)
+//! (SPEC.md §Parked tasks)
+
+use std::path::Path;
+
+use super::CellError;
+use super::task_file::TaskFile;
+use crate::ledger::claims::{self, ClaimAction, ClaimOutcome};
+use crate::ledger::parking::{self, Parked, Reopen};
+use crate::ledger::recall::{fetch_concept, read_window};
+use metabob_net::attachment::{Attachment, vessel_id};
+use metabob_wire::env::Env;
+use metabob_wire::finding::{FINDING_SHAPE, Finding};
+use metabob_wire::row::read_rows;
+
+/// What the entrypoint does with the claim it holds.
+#[derive(Clone, Debug)]
+pub enum GiveBack {
+    /// Keep it, for these minutes (default: what task.json recorded).
+    Renew { minutes: Option<i64> },
+    /// Give it back, recording why on the withdrawal.
+    Release { reason: Option<String> },
+    /// Give it back as failed in this cell; failures by `park_after` cells park the task.
+    Fail {
+        reason: Option<String>,
+        park_after: usize,
+    },
+}
+
+/// Renews, releases or fails the claim recorded in `<task_dir>/task.json` (anchor:
+/// renew_or_release); a release records its reason, so the ledger says why the task came
+/// back. A failure that parks the task answers the park.
+pub async fn renew_or_release(
+    task_dir: &Path,
+    given: GiveBack,
+    mut env: Env,
+) -> Result<(ClaimOutcome, Option<Parked>), CellError> {
+    let task = TaskFile::read(&task_dir.join("task.json"))?;
+    let cwd = env.cwd().to_path_buf();
+    let att = super::attach_once(&mut env, &cwd).await?;
+    let concept_id = &task.concept_id;
+    let finding = fetch_concept(&att, concept_id)
+        .await?
+        .as_ref()
+        .and_then(Finding::from_concept)
+        .ok_or_else(|| CellError::Failed(format!("the ledger has no task {concept_id}")))?;
+    let (action, minutes, reason) = match &given {
+        GiveBack::Renew { minutes } => (ClaimAction::Renew, *minutes, None),
+        GiveBack::Release { reason } => (ClaimAction::Release, None, reason.as_deref()),
+        GiveBack::Fail { reason, .. } => (ClaimAction::Fail, None, reason.as_deref()),
+    };
+    let (me, session) = (&task.vessel_id, &task.session);
+    let minutes = minutes.unwrap_or(task.claim.minutes);
+    let outcome =
+        claims::claim_finding(&att, &finding, me, session, minutes, action, reason).await?;
+    let parked = match given {
+        GiveBack::Fail { reason, park_after } if outcome == ClaimOutcome::Released => {
+            let reason = reason.as_deref().unwrap_or("the task failed");
+            parking::park_after_failures(&att, &finding, me, session, reason, park_after).await?
+        }
+        _ => None,
+    };
+    Ok((outcome, parked))
+}
+
+/// Reopens a parked task named by its `agf_` id or its concept id (anchor: reopen_task).
+pub async fn reopen_task(task: &str, mut env: Env) -> Result<Reopen, CellError> {
+    let cwd = env.cwd().to_path_buf();
+    let att = super::attach_once(&mut env, &cwd).await?;
+    let finding = find_task(&att, task).await?;
+    let me = vessel_id(&env, &cwd).unwrap_or_else(|| "operator".to_string());
+    let session = att.claim().session.clone();
+    Ok(parking::reopen(&att, &finding, &me, &session).await?)
+}
+
+/// A task by concept id, or by `agf_` id among the findings the ledger's window holds.
+async fn find_task(att: &Attachment, id: &str) -> Result<Finding, CellError> {
+    let not_found = || {
+        CellError::Failed(format!(
+            "no task {id} in the ledger's newest findings; pass its concept id instead"
+        ))
+    };
+    let finding = if id.starts_with("concept_") {
+        fetch_concept(att, id)
+            .await?
+            .as_ref()
+            .and_then(Finding::from_concept)
+    } else {
+        let window = read_window(att, FINDING_SHAPE).await?;
+        read_rows(&window.rows, "finding", Finding::read)
+            .into_iter()
+            .find(|f| f.has_id(id))
+    };
+    finding.filter(Finding::is_task).ok_or_else(not_found)
+}

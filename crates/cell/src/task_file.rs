@@ -1,0 +1,188 @@
+//! `task.json`: what `task pull` hands the rest of the cell (SPEC.md §task pull). One type,
+//! written by `task pull` and read by `task renew`/`release`, `finding close` and (by its field
+//! names) the entrypoint script.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::CellError;
+use super::policy::{Conflicts, Integrate, PushTo, Sourced, TrustList};
+use metabob_wire::finding::Severity;
+use metabob_wire::util::write_atomic;
+
+/// A task file is a few kilobytes; anything past this was not written by `task pull`.
+const MAX_TASK_FILE_BYTES: u64 = 1 << 20;
+
+/// The task as pulled (anchor: TaskFile). Top-level fields are declared in name order, the
+/// order the file had before it had a type, so a person diffing two files sees the same layout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskFile {
+    /// The commit the work directory was cloned at.
+    pub base: String,
+    pub category: String,
+    pub claim: TaskClaim,
+    pub concept_id: String,
+    pub details: String,
+    pub files: Vec<String>,
+    pub finding_ids: Vec<String>,
+    pub origin: String,
+    pub policy: TaskPolicy,
+    pub pulled_at: String,
+    pub recorder: Option<String>,
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
+    pub repository: String,
+    pub session: String,
+    pub severity: Severity,
+    pub summary: String,
+    pub task_id: String,
+    pub trust: TrustList,
+    pub vessel_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskClaim {
+    pub holder: String,
+    pub minutes: i64,
+    pub until: String,
+}
+
+/// The integration policy as decided at pull time, with the two names it implies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskPolicy {
+    pub conflicts: Sourced<Conflicts>,
+    pub integrate: Sourced<Integrate>,
+    pub push_branch: String,
+    pub push_to: Sourced<PushTo>,
+    pub refused: Vec<String>,
+    pub target: String,
+}
+
+impl TaskFile {
+    /// Reads a task file; the error says what to do about a missing or foreign file.
+    pub fn read(path: &Path) -> Result<TaskFile, CellError> {
+        let text = metabob_wire::util::read_bounded(path, MAX_TASK_FILE_BYTES).map_err(|e| {
+            CellError::Failed(format!(
+                "{} cannot be read ({e}); run `task pull` first",
+                path.display()
+            ))
+        })?;
+        serde_json::from_str(&text).map_err(|e| {
+            CellError::Failed(format!(
+                "{} was not written by task pull ({e}); pull a task again",
+                path.display()
+            ))
+        })
+    }
+
+    pub fn write(&self, path: &Path) -> Result<(), String> {
+        let text = serde_json::to_string_pretty(self).map_err(|e| format!("task.json: {e}"))?;
+        write_atomic(path, format!("{text}\n").as_bytes(), None)
+            .map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Source;
+
+    fn sample() -> TaskFile {
+        let sourced = |value| Sourced {
+            value,
+            source: Source::Default,
+        };
+        TaskFile {
+            base: "0123456789abcdef0123456789abcdef01234567".into(),
+            category: "task".into(),
+            claim: TaskClaim {
+                holder: "cell-1".into(),
+                minutes: 60,
+                until: "2026-01-01T01:00:00.000Z".into(),
+            },
+            concept_id: "concept_1".into(),
+            details: "ref: main".into(),
+            files: vec!["a.py".into()],
+            finding_ids: vec!["agf_1".into()],
+            origin: "http://127.0.0.1:9/app.git".into(),
+            policy: TaskPolicy {
+                conflicts: sourced(Conflicts::Rebase),
+                integrate: Sourced {
+                    value: Integrate::Push,
+                    source: Source::Details,
+                },
+                push_branch: "main".into(),
+                push_to: Sourced {
+                    value: PushTo::Main,
+                    source: Source::Default,
+                },
+                refused: vec![],
+                target: "main".into(),
+            },
+            pulled_at: "2026-01-01T00:00:00.000Z".into(),
+            recorder: None,
+            reference: Some("main".into()),
+            repository: "127.0.0.1/app".into(),
+            session: "s-1".into(),
+            severity: Severity::High,
+            summary: "fix it".into(),
+            task_id: "agf_1".into(),
+            trust: TrustList {
+                authors: vec![],
+                defaulted: true,
+            },
+            vessel_id: "cell-1".into(),
+        }
+    }
+
+    /// The entrypoint reads task.json with grep, one `"name": "value"` string per field; every
+    /// name it asks for must be a string field that appears once.
+    #[test]
+    fn every_field_the_entrypoint_reads_is_written_once_as_a_string() {
+        let script = include_str!("../../../entrypoint/cell-entrypoint");
+        let asked: Vec<&str> = script
+            .match_indices("task_field ")
+            .filter_map(|(i, m)| {
+                let rest = &script[i + m.len()..];
+                let name: &str = rest
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .next()?;
+                (!name.is_empty()).then_some(name)
+            })
+            .collect();
+        assert!(
+            asked.len() >= 4,
+            "the entrypoint's task_field reads were not found: {asked:?}"
+        );
+        let text = serde_json::to_string_pretty(&sample()).expect("serializes");
+        for name in asked {
+            let key = format!("\"{name}\": \"");
+            assert_eq!(
+                text.matches(&key).count(),
+                1,
+                "{name} must appear once as a string in task.json:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_file_reads_back_and_a_foreign_file_is_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("task.json");
+        sample().write(&path).expect("written");
+        assert_eq!(TaskFile::read(&path).expect("read back"), sample());
+
+        std::fs::write(&path, "{\"task_id\": \"agf_1\"}").expect("write");
+        let err = TaskFile::read(&path).expect_err("a foreign file is refused");
+        assert!(
+            err.to_string().contains("was not written by task pull"),
+            "{err}"
+        );
+        let missing = TaskFile::read(&dir.path().join("none.json")).expect_err("missing");
+        assert!(
+            missing.to_string().contains("run `task pull` first"),
+            "{missing}"
+        );
+    }
+}

@@ -1,0 +1,1009 @@
+//! `task pull`: the cell's entrypoint step (SPEC.md §task pull). Takes a task from the ledger,
+//! claims it, clones the origin at the task's validated ref and writes the task directory.
+//! Anything that fails after the claim withdraws it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::CellError;
+use super::policy::{self, CONVENTION_SHAPE, Convention, Policy, TrustList};
+use super::task_file::{TaskClaim, TaskFile, TaskPolicy};
+use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
+use crate::ledger::parking::{self, Parked};
+use crate::ledger::recall::{self, LedgerView, Recalled};
+use crate::ledger::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
+use crate::ledger::verdict::{Standing, failed_by};
+use metabob_net::attachment::{Attachment, ResolveError, vessel_id};
+use metabob_wire::env::Env;
+use metabob_wire::finding::Finding;
+use metabob_wire::guard::redact_url_credentials;
+use metabob_wire::header::{Header, find_line};
+use metabob_wire::refname::validate_ref;
+use metabob_wire::row::{BadRow, RowMeta, read_rows};
+use metabob_wire::util::{now_ms, rfc3339_ms, write_atomic};
+
+/// How soon to look again when a claim did not settle either way.
+const UNSETTLED_RETRY_MS: i64 = 5_000;
+/// How soon to look again when the origin could not be reached: its outage is the fleet's,
+/// and the task goes back to the board untouched.
+const ORIGIN_RETRY_MS: i64 = 15_000;
+
+#[derive(Clone, Debug)]
+pub struct PullOptions {
+    pub origin: String,
+    pub task_dir: PathBuf,
+    pub work_dir: PathBuf,
+    pub minutes: i64,
+    pub trust: Option<String>,
+    /// Clone progress on stderr; the caller sets it when stderr is a terminal.
+    pub progress: bool,
+}
+
+/// A task that failed to set up for a cause of its own, and was parked for it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskFailure {
+    pub task_id: String,
+    pub reason: String,
+    /// Whether the park was written; when it was not, the claim was withdrawn and the task is
+    /// parked by the next cell that fails it.
+    pub parked: bool,
+}
+
+/// What happened to one candidate: a claim's outcome, or withdrawn after the claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CandidateOutcome {
+    Claim(ClaimWord),
+    /// Claimed, then parked because the task cannot be set up (its ref is refused or missing).
+    Parked,
+    /// Claimed, then given back untouched because the origin could not be reached.
+    Withdrawn,
+    /// This cell failed it before: it is left to other cells (SPEC.md §Parked tasks).
+    FailedHere,
+}
+
+impl CandidateOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateOutcome::Claim(w) => w.as_str(),
+            CandidateOutcome::Parked => "parked",
+            CandidateOutcome::Withdrawn => "withdrawn",
+            CandidateOutcome::FailedHere => "failed_here",
+        }
+    }
+
+    /// Whether the task may come free later: someone else holds it, our claim never settled,
+    /// or the origin was away.
+    fn may_come_free(self) -> bool {
+        matches!(
+            self,
+            CandidateOutcome::Claim(ClaimWord::Held | ClaimWord::Lost | ClaimWord::Unsettled)
+                | CandidateOutcome::Withdrawn
+        )
+    }
+}
+
+impl Serialize for CandidateOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// What happened to one candidate.
+#[derive(Clone, Debug, Serialize)]
+pub struct Candidate {
+    pub task_id: String,
+    pub concept_id: String,
+    pub summary: String,
+    pub outcome: CandidateOutcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PullStatus {
+    Pulled,
+    NothingOpen,
+    TryLater,
+    /// The task taken failed for a cause of its own and was parked: pull again (exit 5).
+    TaskFailed,
+}
+
+/// The reply: `--json` prints it as is.
+#[derive(Clone, Debug, Serialize)]
+pub struct PullReport {
+    pub status: PullStatus,
+    pub task: Option<TaskFile>,
+    /// When a cell that found every task held should look again: the earliest claim end.
+    pub retry_after: Option<String>,
+    pub retry_after_seconds: Option<i64>,
+    /// With `task_failed`: the task, and why it was parked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<TaskFailure>,
+    pub candidates: Vec<Candidate>,
+    /// The ledger's window was full: older tasks may exist past it and were not considered.
+    pub recall_truncated: bool,
+    /// How the claim was decided: `take` when the ledger advertises the atomic take, else
+    /// `read_back` (SPEC.md §Claim paths).
+    pub claim_path: ClaimPath,
+}
+
+/// The two ways a pull claims (anchor: ClaimPath).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimPath {
+    /// The ledger claims the first free candidate in the write that decides it.
+    Take,
+    /// One claim row per candidate, read back and weighed by the holder rule.
+    ReadBack,
+}
+
+impl ClaimPath {
+    /// The path the attached ledger offers: the take when it advertises one. Asked on every
+    /// pull, even with nothing free, so that every report names it.
+    pub async fn offered(att: &Attachment) -> ClaimPath {
+        if claims::ledger_takes(att).await {
+            ClaimPath::Take
+        } else {
+            ClaimPath::ReadBack
+        }
+    }
+
+    /// What the pull's recall must join: on the take, the ledger weighs every task again, so
+    /// the verdicts past the window are not read.
+    pub fn joins(self) -> recall::Joins {
+        match self {
+            ClaimPath::Take => recall::Joins::WindowOnly,
+            ClaimPath::ReadBack => recall::Joins::Linked,
+        }
+    }
+}
+
+/// The open tasks of a recall, sorted before any claim is tried (anchor: classify_tasks).
+#[derive(Debug, Default)]
+pub struct Classified<'a> {
+    /// Tasks this cell already holds: renewed first, so a restarted cell resumes its own work.
+    mine: Vec<&'a Recalled>,
+    /// Tasks nobody holds, most severe first, then in this cell's own order (rendezvous).
+    free: Vec<&'a Recalled>,
+    /// Tasks another cell holds, with the claim that holds them.
+    held: Vec<(&'a Recalled, Held)>,
+}
+
+impl<'a> Classified<'a> {
+    pub fn open(&self) -> usize {
+        self.mine.len() + self.free.len() + self.held.len()
+    }
+
+    /// The candidates to claim, in order.
+    fn to_claim(&self) -> impl Iterator<Item = &'a Recalled> + '_ {
+        self.mine.iter().chain(&self.free).copied()
+    }
+}
+
+/// Open tasks: category task, recorded open, no verdict that closes it, holds a fix or parks
+/// it, and not failed by this cell; then who holds each at `now`. Pure: nothing is sent.
+pub fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> {
+    let mut c = Classified::default();
+    for r in view.findings.iter().filter(|r| {
+        r.finding.is_task()
+            && r.finding.status.is_open()
+            && matches!(view.standing(&r.finding), Standing::Open)
+            && !failed_by(view.verdicts_for(&r.finding))
+                .iter()
+                .any(|c| c == me)
+    }) {
+        match view.holder(&r.finding, now) {
+            Some(h) if h.holder == me => c.mine.push(r),
+            Some(h) => c.held.push((r, h)),
+            None => c.free.push(r),
+        }
+    }
+    // Within a severity every cell has its own order, so cells started together mostly try
+    // different tasks first instead of all racing for the oldest.
+    c.free.sort_by_cached_key(|r| {
+        (
+            r.finding.severity,
+            std::cmp::Reverse(claims::rendezvous(me, r.finding.id())),
+        )
+    });
+    c
+}
+
+/// Runs the pull (anchor: run_task_pull).
+pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellError> {
+    metabob_git::check_origin(&opts.origin).map_err(CellError::Failed)?;
+    for (dir, flag) in [
+        (&opts.task_dir, "--task-dir"),
+        (&opts.work_dir, "--work-dir"),
+    ] {
+        ensure_empty(dir, flag)?;
+    }
+    let work_abs = absolute(&env, &opts.work_dir);
+    let att = super::attach_once(&mut env, &work_abs).await?;
+    let Some(me) = vessel_id(&env, &work_abs) else {
+        return Err(CellError::Failed(
+            "no vessel identity: set VESSEL_ID or an API key".into(),
+        ));
+    };
+    let session = att.claim().session.clone();
+    let repository = identity_of_origin(&opts.origin);
+    let aliases = vessel_aliases(&repository);
+    let path = ClaimPath::offered(&att).await;
+    let view = recall::recall_with(&att, &aliases, path.joins()).await?;
+    let tasks = classify(&view, &me, now_ms());
+    let conventions = read_conventions(&att, &repository).await?;
+    let mut claimer = Claimer::start(
+        &att,
+        &tasks,
+        path,
+        (&repository, &aliases),
+        &me,
+        &session,
+        opts.minutes,
+    );
+    let pull = Pull {
+        opts: &opts,
+        env: &env,
+        att: &att,
+        me: &me,
+        session: &session,
+        repository: &repository,
+        view: &view,
+    };
+    if let Some((r, held)) = claimer.next().await? {
+        // One task a pull: a task that fails ends the pull with its own status, so the
+        // entrypoint sees every failure and can tell a poison queue from a broken cell.
+        let failed = match pull.set_up(&r, &held, &conventions).await? {
+            SetUp::Done(task) => {
+                let mut report = claimer.report(&tasks, view.findings_truncated);
+                report.status = PullStatus::Pulled;
+                report.task = Some(*task);
+                return Ok(report);
+            }
+            SetUp::Parked(failure) => {
+                claimer.set_outcome(CandidateOutcome::Parked, failure.reason.clone());
+                Some(failure)
+            }
+            SetUp::OriginAway(why) => {
+                claimer.set_outcome(CandidateOutcome::Withdrawn, why);
+                claimer.retry_in(ORIGIN_RETRY_MS);
+                None
+            }
+        };
+        let mut report = claimer.report(&tasks, view.findings_truncated);
+        if failed.is_some() {
+            report.status = PullStatus::TaskFailed;
+            report.failed = failed;
+        }
+        return Ok(report);
+    }
+    Ok(claimer.report(&tasks, view.findings_truncated))
+}
+
+/// The claim step of a pull (anchor: Claimer): takes the candidates of a classified recall in
+/// order on the ledger's [claim path](ClaimPath) and hands out, one at a time, a task this
+/// cell now holds, noting what happened to every candidate. `task pull` sets up what it hands
+/// out; the fleet bench runs it alone.
+pub struct Claimer<'a> {
+    att: &'a Attachment,
+    repository: &'a str,
+    aliases: &'a Aliases,
+    me: &'a str,
+    session: &'a str,
+    minutes: i64,
+    path: ClaimPath,
+    /// The candidates in order, and how many of them have been tried.
+    order: Vec<&'a Recalled>,
+    tried: usize,
+    /// The take has nothing more to offer.
+    exhausted: bool,
+    /// Tasks handed out so far: a later take never hands them out again.
+    handed: Vec<String>,
+    candidates: Vec<Candidate>,
+    retry_at: Option<i64>,
+}
+
+impl<'a> Claimer<'a> {
+    /// A claimer on `path` over the classified tasks; notes the tasks others hold.
+    pub fn start(
+        att: &'a Attachment,
+        tasks: &Classified<'a>,
+        path: ClaimPath,
+        (repository, aliases): (&'a str, &'a Aliases),
+        me: &'a str,
+        session: &'a str,
+        minutes: i64,
+    ) -> Claimer<'a> {
+        let mut c = Claimer {
+            att,
+            repository,
+            aliases,
+            me,
+            session,
+            minutes,
+            path,
+            order: tasks.to_claim().collect(),
+            tried: 0,
+            exhausted: false,
+            handed: Vec::new(),
+            candidates: Vec::new(),
+            retry_at: None,
+        };
+        for (r, h) in &tasks.held {
+            c.note(
+                &r.finding,
+                CandidateOutcome::Claim(ClaimWord::Held),
+                Some(h),
+            );
+        }
+        c
+    }
+
+    pub fn path(&self) -> ClaimPath {
+        self.path
+    }
+
+    /// What happened to each candidate so far.
+    pub fn candidates(&self) -> &[Candidate] {
+        &self.candidates
+    }
+
+    /// The next task this cell holds, and the claim that holds it; `None` once no candidate is
+    /// left. A lost race moves on to the next candidate at once.
+    pub async fn next(&mut self) -> Result<Option<(Recalled, Held)>, CellError> {
+        match self.path {
+            ClaimPath::Take => self.by_take().await,
+            ClaimPath::ReadBack => self.by_read_back().await,
+        }
+    }
+
+    /// The atomic take: the ledger claims the first candidate nobody else holds, or with the
+    /// last candidates, the first of the repository's other open tasks (those past this cell's
+    /// recall window), and names the candidates it passed over.
+    async fn by_take(&mut self) -> Result<Option<(Recalled, Held)>, CellError> {
+        while !self.exhausted {
+            let left = self.order.len() - self.tried;
+            let n = left.min(claims::MAX_TAKE_CANDIDATES);
+            let last = n == left;
+            let ask: Vec<&'a Recalled> = self.order[self.tried..self.tried + n].to_vec();
+            let findings: Vec<&Finding> = ask.iter().map(|r| &r.finding).collect();
+            let request = claims::TakeAsk {
+                candidates: &findings,
+                repository: last.then_some(self.repository),
+                skip: &self.handed,
+            };
+            let take = claims::take(self.att, &request, self.me, self.session, self.minutes)
+                .await
+                .map_err(|e| match e {
+                    // Only the key itself can refuse a take: no task can be taken with it.
+                    e @ ResolveError::KeyReadOnly { .. } => CellError::Failed(e.to_string()),
+                    e => e.into(),
+                })?;
+            let by_id = |id: &str| ask.iter().position(|r| r.finding.concept_id == id);
+            for (id, why) in &take.passed {
+                if let Some(i) = by_id(id) {
+                    let (outcome, held) = match why {
+                        claims::Passed::Held(h) => {
+                            (CandidateOutcome::Claim(ClaimWord::Held), Some(h))
+                        }
+                        claims::Passed::Closed | claims::Passed::Busy => {
+                            (CandidateOutcome::Claim(ClaimWord::Closed), None)
+                        }
+                        claims::Passed::FailedHere => (CandidateOutcome::FailedHere, None),
+                    };
+                    self.note(&ask[i].finding, outcome, held);
+                }
+            }
+            let Some(taken) = take.taken else {
+                self.tried += n;
+                self.exhausted = last;
+                continue;
+            };
+            let word = CandidateOutcome::Claim(if taken.renewed {
+                ClaimWord::Renewed
+            } else {
+                ClaimWord::Claimed
+            });
+            let held = taken.held;
+            let recalled = match by_id(&taken.task.concept_id) {
+                Some(at) => {
+                    self.tried += at + 1;
+                    ask[at].clone()
+                }
+                // One of the repository's tasks this cell's recall did not reach; every
+                // candidate before it was passed over.
+                None => {
+                    self.tried += n;
+                    let files = self.aliases.map_finding(
+                        taken.task.repo.as_deref().unwrap_or_default(),
+                        &taken.task.files,
+                    );
+                    let Some(files) = files else {
+                        let why = "the ledger handed out a task of another repository";
+                        withdraw(self.att, &taken.task, self.me, self.session, why).await;
+                        return Err(CellError::Failed(format!("{why}; its claim was withdrawn")));
+                    };
+                    Recalled {
+                        files,
+                        finding: taken.task,
+                    }
+                }
+            };
+            self.handed.push(recalled.finding.concept_id.clone());
+            self.note(&recalled.finding, word, Some(&held));
+            return Ok(Some((recalled, held)));
+        }
+        Ok(None)
+    }
+
+    /// The read-back path: one claim per candidate, in order, until one holds.
+    async fn by_read_back(&mut self) -> Result<Option<(Recalled, Held)>, CellError> {
+        while let Some(&r) = self.order.get(self.tried) {
+            self.tried += 1;
+            let f = &r.finding;
+            let outcome = claims::claim_finding(
+                self.att,
+                f,
+                self.me,
+                self.session,
+                self.minutes,
+                ClaimAction::Claim,
+                None,
+            )
+            .await?;
+            let word = CandidateOutcome::Claim(outcome.word());
+            match outcome {
+                ClaimOutcome::Claimed { held } | ClaimOutcome::Renewed { held } => {
+                    self.note(f, word, Some(&held));
+                    return Ok(Some((r.clone(), held)));
+                }
+                ClaimOutcome::Held { by: h } | ClaimOutcome::Lost { winner: h } => {
+                    self.note(f, word, Some(&h))
+                }
+                // A claim can only be refused for the key itself (read-only): no task can be
+                // taken.
+                ClaimOutcome::Refused { reason } => return Err(CellError::Failed(reason)),
+                ClaimOutcome::Unsettled | ClaimOutcome::Closed | ClaimOutcome::Released => {
+                    self.note(f, word, None)
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Lists a candidate; a task someone holds is worth looking at again when their claim ends.
+    fn note(&mut self, f: &Finding, outcome: CandidateOutcome, held: Option<&Held>) {
+        if outcome.may_come_free() {
+            let at = held.map_or(now_ms() + UNSETTLED_RETRY_MS, claims::lapses_at);
+            self.retry_at = Some(self.retry_at.map_or(at, |t| t.min(at)));
+        }
+        self.candidates.push(Candidate {
+            task_id: f.id().to_string(),
+            concept_id: f.concept_id.clone(),
+            summary: f.summary.clone(),
+            outcome,
+            detail: held.map(held_line),
+        });
+    }
+
+    /// The task handed out last could not be set up: what became of it, and why.
+    fn set_outcome(&mut self, outcome: CandidateOutcome, why: String) {
+        if let Some(last) = self.candidates.last_mut() {
+            last.outcome = outcome;
+            last.detail = Some(why);
+        }
+    }
+
+    /// Look again no later than `ms` from now.
+    fn retry_in(&mut self, ms: i64) {
+        let at = now_ms() + ms;
+        self.retry_at = Some(self.retry_at.map_or(at, |t| t.min(at)));
+    }
+
+    /// The report so far. Nothing pulled: tasks others hold, whose claim did not settle, or
+    /// given back while the origin was away can still come free (try later); a parked task or
+    /// one closed meanwhile cannot.
+    pub fn report(self, tasks: &Classified<'_>, recall_truncated: bool) -> PullReport {
+        let mut report = PullReport {
+            status: PullStatus::NothingOpen,
+            task: None,
+            retry_after: None,
+            retry_after_seconds: None,
+            failed: None,
+            candidates: self.candidates,
+            recall_truncated,
+            claim_path: self.path,
+        };
+        // A task given back while the origin was away may be one the take found past the
+        // recall, which `tasks` does not count.
+        let origin_away = report
+            .candidates
+            .iter()
+            .any(|c| c.outcome == CandidateOutcome::Withdrawn);
+        if (tasks.open() > 0 || origin_away)
+            && report.candidates.iter().any(|c| c.outcome.may_come_free())
+        {
+            let at = self.retry_at.unwrap_or(now_ms() + UNSETTLED_RETRY_MS);
+            report.status = PullStatus::TryLater;
+            report.retry_after = Some(rfc3339_ms(at));
+            report.retry_after_seconds = Some(((at - now_ms()).max(0) + 999) / 1000);
+        }
+        report
+    }
+}
+
+/// One pull's set-up step: what it reads besides the task.
+struct Pull<'a> {
+    opts: &'a PullOptions,
+    env: &'a Env,
+    att: &'a Attachment,
+    me: &'a str,
+    session: &'a str,
+    repository: &'a str,
+    view: &'a LedgerView,
+}
+
+/// What setting up a held task came to.
+enum SetUp {
+    Done(Box<TaskFile>),
+    /// Its ref is refused, or the origin has no such ref: the task is parked.
+    Parked(TaskFailure),
+    /// The origin could not be reached: the claim was withdrawn, nothing is held against the
+    /// task, and the pull says try later.
+    OriginAway(String),
+}
+
+/// Why a claimed task could not be set up; each cause has one owner of what follows
+/// (anchor: SetupFailure).
+enum SetupFailure {
+    /// What the task itself names cannot be had: it is parked.
+    Task(String),
+    /// The origin or the network failed: the fleet's outage, waited out.
+    Origin(String),
+    /// This cell failed (its disk, its directories): the pull fails, exit 1.
+    Cell(String),
+}
+
+impl Pull<'_> {
+    /// Sets up a task this cell holds. A task that cannot be set up has its claim withdrawn
+    /// and what the pull wrote cleared; a cause of the task's own parks it.
+    async fn set_up(
+        &self,
+        r: &Recalled,
+        held: &Held,
+        conventions: &[Convention],
+    ) -> Result<SetUp, CellError> {
+        let f = &r.finding;
+        // Past the claim: every failure withdraws it, so one bad task never blocks the fleet
+        // for the claim's length.
+        let trust = TrustList::new(
+            self.opts.trust.as_deref(),
+            self.env,
+            f.recorded_by.as_deref(),
+        );
+        let policy = policy::decide(&f.details, conventions, &trust);
+        let reference = find_line(&f.details, "ref").map(str::to_owned);
+        if let Some(reference) = &reference
+            && let Err(refused) = validate_ref(reference)
+        {
+            let why = format!("ref {reference:?} refused: {refused}");
+            return Ok(self.park(f, why).await);
+        }
+        let setup = Setup {
+            net: self.att.net(),
+            repository: self.repository,
+            policy: &policy,
+            trust,
+            held,
+            me: self.me,
+            session: self.session,
+            reference,
+        };
+        let failure = match setup.run(self.opts, r, self.view).await {
+            Ok(task) => return Ok(SetUp::Done(Box::new(task))),
+            Err(failure) => failure,
+        };
+        clear(&self.opts.work_dir);
+        clear(&self.opts.task_dir);
+        match failure {
+            SetupFailure::Task(why) => Ok(self.park(f, redact_url_credentials(&why)).await),
+            SetupFailure::Origin(why) => {
+                // The clone's own error may quote the origin whole, password and all.
+                let why = redact_url_credentials(&why);
+                tracing::warn!("{why}; the claim on {} goes back, try later", f.id());
+                withdraw(self.att, f, self.me, self.session, &why).await;
+                Ok(SetUp::OriginAway(why))
+            }
+            SetupFailure::Cell(why) => {
+                let why = redact_url_credentials(&why);
+                withdraw(self.att, f, self.me, self.session, &why).await;
+                Err(CellError::Failed(format!(
+                    "{why}; the claim on {} was withdrawn",
+                    f.id()
+                )))
+            }
+        }
+    }
+
+    /// Parks a task whose own cause failed it, at once: the cause is certain, so no other cell
+    /// needs to try. The park ends this cell's claim too (a parked task is held by nobody); a
+    /// park that cannot be written falls back to a withdrawal.
+    async fn park(&self, f: &Finding, reason: String) -> SetUp {
+        let parked = Parked {
+            reason: reason.clone(),
+            tried_by: vec![self.me.to_string()],
+        };
+        let written = match parking::park(self.att, f, self.me, self.session, &parked).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("parking {} failed ({e}); withdrawing the claim", f.id());
+                false
+            }
+        };
+        withdraw(self.att, f, self.me, self.session, &reason).await;
+        SetUp::Parked(TaskFailure {
+            task_id: f.id().to_string(),
+            reason,
+            parked: written,
+        })
+    }
+}
+
+fn held_line(h: &Held) -> String {
+    format!("{} until {}", h.holder, rfc3339_ms(h.until_ms))
+}
+
+/// Ends this cell's claim on `f`, recording `why`; the callers say what became of the task.
+async fn withdraw(att: &Attachment, f: &Finding, me: &str, session: &str, why: &str) {
+    if let Err(e) =
+        claims::claim_finding(att, f, me, session, 0, ClaimAction::Release, Some(why)).await
+    {
+        tracing::warn!("the withdrawal was not written ({e}); the claim lapses by itself");
+    }
+}
+
+fn absolute(env: &Env, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        env.cwd().join(p)
+    }
+}
+
+/// A task never reuses a directory: each must be empty or missing.
+fn ensure_empty(dir: &Path, flag: &str) -> Result<(), CellError> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => match entries.next() {
+            None => Ok(()),
+            Some(_) => Err(CellError::Failed(format!(
+                "{} ({flag}) is not empty; a cell starts from empty task and work directories: \
+                 pass {flag} with an empty or missing directory",
+                dir.display()
+            ))),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(CellError::Failed(format!(
+            "{} cannot be read: {e}",
+            dir.display()
+        ))),
+    }
+}
+
+/// Removes what a failed pull left in a directory that was empty when it started.
+fn clear(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
+    }
+}
+
+/// This repository's `project_convention` concepts.
+async fn read_conventions(
+    att: &Attachment,
+    repository: &str,
+) -> Result<Vec<Convention>, ResolveError> {
+    let window = recall::read_window(att, CONVENTION_SHAPE).await?;
+    let ours = |c: &Value| -> Result<Option<Convention>, BadRow> {
+        let Some(row) = RowMeta::read(c)? else {
+            return Ok(None);
+        };
+        let h = Header::parse(&row.content);
+        row.check_header(&h)?;
+        let repo = h.get("repo").map(str::to_ascii_lowercase);
+        if repo.as_deref() != Some(repository.to_ascii_lowercase().as_str()) {
+            return Ok(None);
+        }
+        Ok(Some(Convention {
+            concept_id: row.concept_id,
+            seq: row.seq,
+            content: row.content,
+        }))
+    };
+    Ok(read_rows(&window.rows, "project convention", ours))
+}
+
+/// What setting up a claimed task needs besides the pull's options.
+struct Setup<'a> {
+    net: &'a metabob_net::NetClient,
+    repository: &'a str,
+    policy: &'a Policy,
+    trust: TrustList,
+    held: &'a Held,
+    me: &'a str,
+    session: &'a str,
+    reference: Option<String>,
+}
+
+impl Setup<'_> {
+    /// Clones the work directory and writes task.json and context.md; the error line says
+    /// which step failed.
+    async fn run(
+        self,
+        opts: &PullOptions,
+        r: &Recalled,
+        view: &LedgerView,
+    ) -> Result<TaskFile, SetupFailure> {
+        let (origin, work, progress) = (opts.origin.clone(), opts.work_dir.clone(), opts.progress);
+        let net = self.net.clone();
+        let branch = self.reference.clone();
+        let base = tokio::task::spawn_blocking(move || {
+            metabob_git::clone_at(&origin, &work, branch.as_deref(), progress, &net)
+                .map(|(_, sha)| sha)
+        })
+        .await
+        .map_err(|e| SetupFailure::Cell(format!("the clone stopped: {e}")))?
+        .map_err(|e| match e {
+            // Only what the task names can fail it: its ref. A remote or network that did not
+            // answer is waited out; a lasting refusal (trust, credentials) is this cell's.
+            metabob_git::GitError::RefNotFound(name) => SetupFailure::Task(format!(
+                "the origin has no branch or tag {name:?} (the task's ref)"
+            )),
+            e @ metabob_git::GitError::Clone { lasting: false, .. } => {
+                SetupFailure::Origin(format!("cloning {} failed: {e}", opts.origin))
+            }
+            e => SetupFailure::Cell(format!("cloning {} failed: {e}", opts.origin)),
+        })?;
+
+        let f = &r.finding;
+        let policy = self.policy;
+        let task = TaskFile {
+            base,
+            category: f.category.clone(),
+            claim: TaskClaim {
+                holder: self.held.holder.clone(),
+                minutes: opts.minutes,
+                until: rfc3339_ms(self.held.until_ms),
+            },
+            concept_id: f.concept_id.clone(),
+            details: f.details.clone(),
+            files: r.files.clone(),
+            finding_ids: f.finding_ids.clone(),
+            // The clone's remote keeps what it needs to push; the file never holds a password.
+            origin: redact_url_credentials(&opts.origin),
+            policy: TaskPolicy {
+                conflicts: policy.conflicts.clone(),
+                integrate: policy.integrate.clone(),
+                push_branch: policy.push_branch(f.id()),
+                push_to: policy.push_to.clone(),
+                refused: policy.refused.clone(),
+                target: policy.target(f.id()),
+            },
+            pulled_at: rfc3339_ms(now_ms()),
+            recorder: f.recorded_by.clone(),
+            reference: self.reference,
+            repository: self.repository.to_string(),
+            session: self.session.to_string(),
+            severity: f.severity,
+            summary: f.summary.clone(),
+            task_id: f.id().to_string(),
+            trust: self.trust,
+            vessel_id: self.me.to_string(),
+        };
+        task.write(&opts.task_dir.join("task.json"))
+            .map_err(SetupFailure::Cell)?;
+        let context = context_md(r, view, policy, &task);
+        let path = opts.task_dir.join("context.md");
+        write_atomic(&path, context.as_bytes(), None)
+            .map_err(|e| SetupFailure::Cell(format!("writing {}: {e}", path.display())))?;
+        Ok(task)
+    }
+}
+
+/// The harness's briefing: details, policy, open non-task findings on the task's files, and the
+/// task as recorded.
+fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &TaskFile) -> String {
+    use std::fmt::Write as _;
+    let f = &r.finding;
+    let mut s = String::new();
+    let _ = writeln!(s, "# Task {}: {}\n", f.id(), f.summary);
+    let _ = writeln!(
+        s,
+        "Severity {}; files: {}\n",
+        f.severity,
+        r.files.join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "## Details\n\n{}\n",
+        if f.details.trim().is_empty() {
+            "(none)"
+        } else {
+            f.details.trim()
+        }
+    );
+    let _ = writeln!(s, "## Integration policy\n");
+    let _ = writeln!(
+        s,
+        "- push to `{}` ({})\n- integrate: {} ({})\n- conflicts: {} ({})\n- the fix closes once merged into `{}`; \
+         commit it with a `Fixes-Finding: {}` trailer\n",
+        task.policy.push_branch,
+        policy.push_to.source,
+        policy.integrate.value,
+        policy.integrate.source,
+        policy.conflicts.value,
+        policy.conflicts.source,
+        task.policy.target,
+        f.id()
+    );
+    let related: Vec<&Recalled> = view
+        .findings
+        .iter()
+        .filter(|o| !o.finding.is_task() && matches!(view.standing(&o.finding), Standing::Open))
+        .filter(|o| o.files.iter().any(|x| r.files.contains(x)))
+        .collect();
+    let _ = writeln!(s, "## Open findings on these files ({})\n", related.len());
+    for o in related {
+        let _ = writeln!(
+            s,
+            "- [{}][{}] {} — {} ({})",
+            o.finding.severity,
+            o.finding.category,
+            o.finding.summary,
+            o.files.join(", "),
+            o.finding.id()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n## The task as recorded\n\n```json\n{}\n```",
+        serde_json::to_string_pretty(task).unwrap_or_default()
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::verdict::{Pending, Verdict, VerdictKind};
+    use metabob_wire::finding::{FindingStatus, Severity};
+
+    fn task(id: &str, seq: i64, severity: Severity, category: &str) -> Recalled {
+        let finding = Finding {
+            concept_id: format!("concept_{id}"),
+            seq,
+            created_ms: seq,
+            summary: format!("task {id}"),
+            severity,
+            category: category.into(),
+            repo: None,
+            repo_name: None,
+            workspace: None,
+            files: vec!["a.py".into()],
+            lines: None,
+            status: FindingStatus::Open,
+            finding_ids: vec![id.into()],
+            recorded_by: None,
+            session: None,
+            details: String::new(),
+        };
+        Recalled {
+            files: finding.files.clone(),
+            finding,
+        }
+    }
+
+    fn verdict(id: &str, seq: i64, kind: VerdictKind, by: &str) -> Verdict {
+        Verdict {
+            concept_id: format!("concept_v{seq}"),
+            seq,
+            created_ms: seq * 1000,
+            kind,
+            finding_ids: vec![id.into()],
+            reviewed_by: Some(by.into()),
+            session: None,
+            fix_commit: None,
+            fix_branch: None,
+            fix_target: None,
+            claim_minutes: Some(60),
+            claim_until: None,
+            reason: None,
+            tried_by: Vec::new(),
+        }
+    }
+
+    fn ids(rs: &[&Recalled]) -> Vec<String> {
+        rs.iter().map(|r| r.finding.id().to_string()).collect()
+    }
+
+    #[test]
+    fn open_tasks_are_sorted_mine_first_then_free_by_severity_and_rendezvous_and_held_apart() {
+        let mut stale = task("agf_stale", 1, Severity::Critical, "task");
+        stale.finding.status = FindingStatus::Other("stale".into());
+        let view = LedgerView {
+            findings: vec![
+                task("agf_low_old", 2, Severity::Low, "task"),
+                task("agf_high_new", 9, Severity::High, "task"),
+                task("agf_high_old", 3, Severity::High, "task"),
+                task("agf_mine", 10, Severity::Low, "task"),
+                task("agf_theirs", 4, Severity::Critical, "task"),
+                task("agf_fixed", 5, Severity::Critical, "task"),
+                task("agf_pending", 6, Severity::Critical, "task"),
+                task("agf_finding", 7, Severity::Critical, "correctness"),
+                stale,
+            ],
+            verdicts: vec![
+                verdict("agf_mine", 20, VerdictKind::Claimed, "me"),
+                verdict("agf_theirs", 21, VerdictKind::Claimed, "other"),
+                verdict("agf_fixed", 22, VerdictKind::Fixed, "other"),
+                verdict(
+                    "agf_pending",
+                    23,
+                    VerdictKind::Pending(Pending::AwaitingMerge),
+                    "other",
+                ),
+            ],
+            findings_truncated: false,
+            verdicts_truncated: false,
+        };
+        let c = classify(&view, "me", 30_000);
+        assert_eq!(ids(&c.mine), ["agf_mine"]);
+        // Within a severity, this cell's own order; across severities, the most severe first.
+        let mut high = ["agf_high_old", "agf_high_new"];
+        high.sort_by_key(|id| std::cmp::Reverse(claims::rendezvous("me", id)));
+        let expected = [high[0], high[1], "agf_low_old"];
+        assert_eq!(ids(&c.free), expected);
+        let held: Vec<(&str, &str)> = c
+            .held
+            .iter()
+            .map(|(r, h)| (r.finding.id(), h.holder.as_str()))
+            .collect();
+        assert_eq!(held, [("agf_theirs", "other")]);
+        assert_eq!(c.open(), 5);
+        let order: Vec<&str> = c.to_claim().map(|r| r.finding.id()).collect();
+        assert_eq!(order, ["agf_mine", expected[0], expected[1], expected[2]]);
+
+        // Once their claim lapses (skew allowance included), the task is free again.
+        let lapse = claims::lapses_at(&c.held[0].1);
+        assert!(!classify(&view, "me", lapse - 1).held.is_empty());
+        let later = classify(&view, "me", lapse);
+        assert!(later.held.is_empty());
+        assert_eq!(later.free[0].finding.id(), "agf_theirs");
+    }
+
+    #[test]
+    fn only_held_lost_and_unsettled_candidates_may_come_free() {
+        use ClaimWord::*;
+        for w in [
+            Claimed, Renewed, Released, Held, Lost, Unsettled, Closed, Refused,
+        ] {
+            let o = CandidateOutcome::Claim(w);
+            assert_eq!(o.may_come_free(), matches!(w, Held | Lost | Unsettled));
+            assert_eq!(serde_json::to_value(o).expect("json"), w.as_str());
+        }
+        assert!(CandidateOutcome::Withdrawn.may_come_free());
+        assert!(!CandidateOutcome::Parked.may_come_free());
+        assert_eq!(
+            serde_json::to_value(CandidateOutcome::Parked).expect("json"),
+            "parked"
+        );
+    }
+}

@@ -1,0 +1,516 @@
+//! Git reads, clone and fetch, all through gix (no `git` process, no libgit2).
+//!
+//! Everything the cells decide from git state — what a range holds, whether a fix is merged,
+//! which remote branches hold a commit, where the fix is — reads through [`Repo`], so there is
+//! one place that knows how. The `git` CLI is only the tests' oracle.
+//!
+//! The functions here block (the https transport runs reqwest's blocking client); async callers
+//! run them on `tokio::task::spawn_blocking`.
+
+mod clone;
+pub mod cochange;
+mod patch_id;
+pub mod status;
+
+use std::path::{Path, PathBuf};
+
+use gix::bstr::ByteSlice;
+
+pub use clone::{check_origin, clone_at};
+
+/// What failed in a git read, clone or fetch. `Display` is one line: what failed and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("{} is not a git repository: run this in a clone, or pass --work-dir of one", .0.display())]
+    NotARepository(PathBuf),
+    #[error("clone of {url} failed: {detail}; check the URL and that the remote is reachable")]
+    Clone {
+        url: String,
+        detail: String,
+        /// The failure is this side's or a lasting refusal (a destination in use, a certificate
+        /// nothing trusts, credentials refused, a 4xx), rather than a remote or network that did
+        /// not answer, which can clear by itself.
+        lasting: bool,
+    },
+    #[error(
+        "fetch from {remote} failed: {detail}; check the network and the remote's URL, then retry"
+    )]
+    Fetch { remote: String, detail: String },
+    /// The remote answered; writing what arrived into this repository failed.
+    #[error(
+        "fetch from {remote} arrived, but writing it into the repository failed: {detail}; check \
+         that the repository is writable and its disk has room, then retry"
+    )]
+    FetchStore { remote: String, detail: String },
+    #[error("{0} was not found: check the name, or fetch first")]
+    RefNotFound(String),
+    #[error(
+        "bad revision range {0:?}: expected A..B or a single revision that resolves to a commit"
+    )]
+    BadRange(String),
+    #[error(
+        "revision range {range:?}: {side} is not a commit in this repository; check the name, \
+         and for a remote branch (origin/main) that the remote exists and was fetched"
+    )]
+    RangeSideMissing { range: String, side: String },
+    #[error("reading the repository failed: {0}; the repository may be damaged or busy, retry")]
+    Read(String),
+}
+
+fn read_err(e: impl std::error::Error) -> GitError {
+    GitError::Read(with_causes(&e))
+}
+
+/// An error's line followed by each underlying cause it does not already say (anchor:
+/// with_causes): gix often names only the step that failed, and the reason sits in a source.
+pub(crate) fn with_causes(e: &(dyn std::error::Error + '_)) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
+/// One commit as the ledger needs it: ids, message, and both times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    pub sha: String,
+    pub parents: Vec<String>,
+    /// The whole message (subject, body and trailers), decoded lossily as UTF-8.
+    pub message: String,
+    /// Unix seconds.
+    pub author_time: i64,
+    pub committer_time: i64,
+}
+
+/// An open repository (work tree or bare).
+pub struct Repo {
+    repo: gix::Repository,
+}
+
+impl std::fmt::Debug for Repo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repo")
+            .field("git_dir", &self.repo.git_dir())
+            .finish()
+    }
+}
+
+/// Commits decoded during a history scan are read once each; a cache this size keeps a long
+/// walk's repeated tree/commit lookups (first-parent diffs, merge bases) off the pack decoder.
+const OBJECT_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+impl Repo {
+    fn wrap(mut repo: gix::Repository) -> Repo {
+        repo.object_cache_size_if_unset(OBJECT_CACHE_BYTES);
+        Repo { repo }
+    }
+
+    /// Opens exactly `path` (a work tree's root or a bare repository's directory); a
+    /// subdirectory of a work tree is not a repository here (use [`Repo::discover`]).
+    pub fn open(path: &Path) -> Result<Repo, GitError> {
+        gix::open(path)
+            .map(Repo::wrap)
+            .map_err(|_| GitError::NotARepository(path.to_path_buf()))
+    }
+
+    /// The repository `path` is in, walking up like git does; `Ok(None)` when there is none.
+    pub fn discover(path: &Path) -> Result<Option<Repo>, GitError> {
+        use gix::discover::upwards::Error as Up;
+        match gix::discover(path) {
+            Ok(repo) => Ok(Some(Repo::wrap(repo))),
+            Err(gix::discover::Error::Discover(
+                Up::NoGitRepository { .. }
+                | Up::NoGitRepositoryWithinCeiling { .. }
+                | Up::NoGitRepositoryWithinFs { .. }
+                | Up::InaccessibleDirectory { .. },
+            )) => Ok(None),
+            Err(e) => Err(read_err(e)),
+        }
+    }
+
+    /// The work tree's root; `None` for a bare repository.
+    pub fn workdir(&self) -> Option<PathBuf> {
+        self.repo.workdir().map(Path::to_path_buf)
+    }
+
+    /// The `.git` directory (or the bare repository's directory).
+    pub fn git_dir(&self) -> PathBuf {
+        self.repo.git_dir().to_path_buf()
+    }
+
+    /// The remote's URL as written in the configuration (what `git remote get-url` prints
+    /// when no `insteadOf` applies): the repository identity is derived from this text.
+    pub fn remote_url(&self, remote: &str) -> Option<String> {
+        let key = format!("remote.{remote}.url");
+        let value = self.repo.config_snapshot().string(key.as_str())?;
+        Some(value.to_str_lossy().into_owned())
+    }
+
+    /// HEAD's commit, full sha; `None` on an unborn branch.
+    pub fn head(&self) -> Result<Option<String>, GitError> {
+        let head = self.repo.head().map_err(read_err)?;
+        Ok(head.id().map(|id| id.to_string()))
+    }
+
+    /// The branch HEAD points to, short name; `None` when detached.
+    pub fn head_branch(&self) -> Option<String> {
+        let name = self.repo.head_name().ok()??;
+        Some(name.shorten().to_str_lossy().into_owned())
+    }
+
+    fn resolve_id(&self, rev: &str) -> Result<Option<gix::ObjectId>, GitError> {
+        let rev = rev.trim();
+        // An option-looking or empty spec is never a revision; gix would reject it anyway,
+        // but a caller passing user text should not depend on that.
+        if rev.is_empty() || rev.starts_with('-') {
+            return Ok(None);
+        }
+        let Ok(id) = self.repo.rev_parse_single(rev) else {
+            // Unknown names, ambiguous prefixes and malformed specs all read as "does not
+            // resolve": the caller asked a yes/no question about a name.
+            return Ok(None);
+        };
+        let object = id.object().map_err(read_err)?;
+        match object.peel_to_commit() {
+            Ok(commit) => Ok(Some(commit.id)),
+            // A tree or blob spec (HEAD:path) is not a commit.
+            Err(_) => Ok(None),
+        }
+    }
+
+    fn must_resolve(&self, rev: &str) -> Result<gix::ObjectId, GitError> {
+        self.resolve_id(rev)?
+            .ok_or_else(|| GitError::RefNotFound(rev.to_string()))
+    }
+
+    /// Any commit-ish `git rev-parse` accepts (sha or prefix, branch, `origin/main`, `HEAD~2`,
+    /// tags peeled to their commit); `None` when it does not resolve to a commit.
+    pub fn resolve(&self, rev: &str) -> Result<Option<String>, GitError> {
+        Ok(self.resolve_id(rev)?.map(|id| id.to_string()))
+    }
+
+    /// Fetches `remote` with its configured refspecs, updating `refs/remotes/<remote>/*` like
+    /// `git fetch <remote>`. Nothing is written when the remote cannot be reached. An http(s)
+    /// remote is reached with `net`'s trust and proxy choice.
+    pub fn fetch(&self, remote: &str, net: &metabob_net::NetClient) -> Result<(), GitError> {
+        clone::fetch(&self.repo, remote, net)
+    }
+
+    /// `git rev-list <range>`: "A..B" (reachable from B, not from A; an empty side is HEAD)
+    /// or one revision; newest first by commit time.
+    pub fn rev_list(&self, range: &str) -> Result<Vec<String>, GitError> {
+        let bad = || GitError::BadRange(range.to_string());
+        if range.contains("...") {
+            return Err(bad());
+        }
+        let (hidden, tip) = match range.split_once("..") {
+            Some((a, b)) => {
+                fn side(s: &str) -> &str {
+                    if s.is_empty() { "HEAD" } else { s }
+                }
+                // The range has its form; what is missing is one of its sides.
+                let missing = |s: &str| GitError::RangeSideMissing {
+                    range: range.to_string(),
+                    side: s.to_string(),
+                };
+                let a = self.resolve_id(side(a))?.ok_or_else(|| missing(side(a)))?;
+                let b = self.resolve_id(side(b))?.ok_or_else(|| missing(side(b)))?;
+                (Some(a), b)
+            }
+            None => (None, self.resolve_id(range)?.ok_or_else(bad)?),
+        };
+        let walk = self
+            .repo
+            .rev_walk([tip])
+            .sorting(newest_first())
+            .with_hidden(hidden);
+        walk.all()
+            .map_err(read_err)?
+            .map(|info| info.map(|i| i.id.to_string()).map_err(read_err))
+            .collect()
+    }
+
+    fn info_of(&self, id: gix::ObjectId) -> Result<CommitInfo, GitError> {
+        let commit = self.repo.find_commit(id).map_err(read_err)?;
+        let decoded = commit.decode().map_err(read_err)?;
+        Ok(CommitInfo {
+            sha: id.to_string(),
+            parents: decoded.parents().map(|p| p.to_string()).collect(),
+            message: decoded.message.to_str_lossy().into_owned(),
+            author_time: decoded.author().map_err(read_err)?.seconds(),
+            committer_time: decoded.committer().map_err(read_err)?.seconds(),
+        })
+    }
+
+    /// One commit by any revision that resolves to it; `RefNotFound` otherwise.
+    pub fn commit(&self, sha: &str) -> Result<CommitInfo, GitError> {
+        let id = self.must_resolve(sha)?;
+        self.info_of(id)
+    }
+
+    /// Every ancestor of `tip` including it, newest first by commit time, each once: the
+    /// scan behind "a commit on the target carries Fixes-Finding: <id> anywhere in its message".
+    pub fn history(
+        &self,
+        tip: &str,
+    ) -> Result<impl Iterator<Item = Result<CommitInfo, GitError>> + '_, GitError> {
+        let tip = self.must_resolve(tip)?;
+        let walk = self
+            .repo
+            .rev_walk([tip])
+            .sorting(newest_first())
+            .all()
+            .map_err(read_err)?;
+        Ok(walk.map(move |info| {
+            let info = info.map_err(read_err)?;
+            self.info_of(info.id)
+        }))
+    }
+
+    /// `git merge-base --is-ancestor ancestor descendant` (a commit is its own ancestor).
+    pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
+        let a = self.must_resolve(ancestor)?;
+        let d = self.must_resolve(descendant)?;
+        self.is_ancestor_id(a, d)
+    }
+
+    fn is_ancestor_id(&self, a: gix::ObjectId, d: gix::ObjectId) -> Result<bool, GitError> {
+        if a == d {
+            return Ok(true);
+        }
+        // When `a` is an ancestor of `d` it is their one best merge base, so comparing the
+        // base with `a` answers the question without walking all of `d`'s history.
+        match self.repo.merge_base(a, d) {
+            Ok(base) => Ok(base.detach() == a),
+            Err(gix::repository::merge_base::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(read_err(e)),
+        }
+    }
+
+    /// Short names (`main`, `task/t1`) of `refs/remotes/<remote>/*` other than `HEAD` whose
+    /// history holds `sha`, sorted; what `git branch -r --contains` lists for that remote.
+    pub fn remote_branches_containing(
+        &self,
+        sha: &str,
+        remote: &str,
+    ) -> Result<Vec<String>, GitError> {
+        let id = self.must_resolve(sha)?;
+        let prefix = format!("refs/remotes/{remote}/");
+        let refs = self.repo.references().map_err(read_err)?;
+        let mut out = Vec::new();
+        for r in refs.prefixed(prefix.as_str()).map_err(read_err)? {
+            let mut r = r.map_err(|e| GitError::Read(with_causes(&*e)))?;
+            // origin/HEAD is a pointer to another remote branch, not a branch of its own.
+            if matches!(r.target(), gix::refs::TargetRef::Symbolic(_)) {
+                continue;
+            }
+            let name = r.name().as_bstr().to_str_lossy().into_owned();
+            let Some(short) = name.strip_prefix(&prefix) else {
+                continue;
+            };
+            if short == "HEAD" {
+                continue;
+            }
+            let short = short.to_string();
+            let Ok(tip) = r.peel_to_commit() else {
+                // A remote ref to a non-commit (a tag object of a tree) holds no history.
+                continue;
+            };
+            if self.is_ancestor_id(id, tip.id)? {
+                out.push(short);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The branch `refs/remotes/<remote>/HEAD` points to, short name (`main`); `None` when the
+    /// clone recorded no remote HEAD.
+    pub fn remote_default_branch(&self, remote: &str) -> Option<String> {
+        let name = format!("refs/remotes/{remote}/HEAD");
+        let r = self.repo.try_find_reference(name.as_str()).ok()??;
+        let gix::refs::TargetRef::Symbolic(target) = r.target() else {
+            return None;
+        };
+        let target = target.as_bstr().to_str_lossy().into_owned();
+        target
+            .strip_prefix(&format!("refs/remotes/{remote}/"))
+            .map(str::to_string)
+    }
+
+    /// The trees a commit's change is measured between: its first parent's (the empty tree
+    /// for a root commit) and its own.
+    fn first_parent_trees(
+        &self,
+        id: gix::ObjectId,
+    ) -> Result<(gix::Tree<'_>, gix::Tree<'_>, usize), GitError> {
+        let commit = self.repo.find_commit(id).map_err(read_err)?;
+        let tree = commit.tree().map_err(read_err)?;
+        let parents: Vec<gix::ObjectId> = commit.parent_ids().map(|p| p.detach()).collect();
+        let old = match parents.first() {
+            Some(p) => self
+                .repo
+                .find_commit(*p)
+                .map_err(read_err)?
+                .tree()
+                .map_err(read_err)?,
+            None => self.repo.empty_tree(),
+        };
+        Ok((old, tree, parents.len()))
+    }
+
+    /// Blob-level changes between two trees, without rename detection (plumbing diff-tree
+    /// does none by default), in tree order.
+    fn tree_changes(
+        &self,
+        old: &gix::Tree<'_>,
+        new: &gix::Tree<'_>,
+    ) -> Result<Vec<gix::object::tree::diff::ChangeDetached>, GitError> {
+        let mut opts = gix::diff::Options::default().with_rewrites(None);
+        opts.track_path();
+        let changes = self
+            .repo
+            .diff_tree_to_tree(Some(old), Some(new), Some(opts))
+            .map_err(read_err)?;
+        Ok(changes
+            .into_iter()
+            .filter(|c| !c.entry_mode().is_tree())
+            .collect())
+    }
+
+    /// Paths a commit changed against its first parent (everything, for a root commit), like
+    /// `git diff-tree --no-commit-id --name-only -r --root`.
+    pub fn changed_files(&self, sha: &str) -> Result<Vec<String>, GitError> {
+        let id = self.must_resolve(sha)?;
+        let (old, new, _) = self.first_parent_trees(id)?;
+        let mut out = Vec::new();
+        self.changed_paths(Some(old.id), Some(new.id), "", &mut out)?;
+        Ok(out)
+    }
+
+    /// The non-tree paths that differ between two trees (`None`: the empty side), without
+    /// opening subtrees whose ids are equal (anchor: changed_paths). Only names are needed, so
+    /// this skips the diff platform's per-change bookkeeping, which costs several times more.
+    fn changed_paths(
+        &self,
+        old: Option<gix::ObjectId>,
+        new: Option<gix::ObjectId>,
+        prefix: &str,
+        out: &mut Vec<String>,
+    ) -> Result<(), GitError> {
+        type Entries = Vec<(String, gix::ObjectId, bool)>;
+        let entries = |id: Option<gix::ObjectId>| -> Result<Entries, GitError> {
+            let Some(id) = id else {
+                return Ok(Vec::new());
+            };
+            let tree = self.repo.find_tree(id).map_err(read_err)?;
+            tree.iter()
+                .map(|e| {
+                    let e = e.map_err(read_err)?;
+                    Ok((
+                        e.filename().to_str_lossy().into_owned(),
+                        e.oid().to_owned(),
+                        e.mode().is_tree(),
+                    ))
+                })
+                .collect()
+        };
+        if old == new {
+            return Ok(());
+        }
+        let (a, b) = (entries(old)?, entries(new)?);
+        let mut names: Vec<&str> = a.iter().chain(&b).map(|e| e.0.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let find = |v: &Entries, n: &str| v.iter().find(|e| e.0 == n).map(|e| (e.1, e.2));
+        let mut changed = Vec::new();
+        for name in names {
+            let (x, y) = (find(&a, name), find(&b, name));
+            if x == y {
+                continue;
+            }
+            let path = format!("{prefix}{name}");
+            let sub = |e: Option<(gix::ObjectId, bool)>| e.filter(|e| e.1).map(|e| e.0);
+            let blob = |e: Option<(gix::ObjectId, bool)>| e.is_some_and(|e| !e.1);
+            if sub(x).is_some() || sub(y).is_some() {
+                self.changed_paths(sub(x), sub(y), &format!("{path}/"), &mut changed)?;
+            }
+            if blob(x) || blob(y) {
+                changed.push(path);
+            }
+        }
+        // git lists a diff in path order, where a directory sorts as its name plus '/'.
+        changed.sort_unstable();
+        out.extend(changed);
+        Ok(())
+    }
+
+    /// A stable id of the change a commit makes against its first parent; equal for a
+    /// cherry-pick of the same change (see `patch_id.rs` for how it follows
+    /// `git patch-id --stable`). `None` for a merge commit and for an empty change.
+    pub fn patch_id(&self, sha: &str) -> Result<Option<String>, GitError> {
+        let id = self.must_resolve(sha)?;
+        let (old, new, parents) = self.first_parent_trees(id)?;
+        if parents > 1 {
+            return Ok(None);
+        }
+        let changes = self.tree_changes(&old, &new)?;
+        patch_id::of_changes(&self.repo, &changes)
+    }
+
+    /// Paths given relative to `workspace` (or absolute), as this repository names them: the
+    /// workspace may sit below the work tree's root (anchor: workspace_paths).
+    pub fn workspace_paths(&self, workspace: &Path, files: &[String]) -> Vec<String> {
+        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let root = real(&self.workdir().unwrap_or_else(|| workspace.to_path_buf()));
+        let ws = real(workspace);
+        files
+            .iter()
+            .map(|f| {
+                // An absolute `f` replaces `ws` in the join.
+                let abs = ws.join(f.trim_start_matches("./"));
+                abs.strip_prefix(&root)
+                    .map(|p| p.to_string_lossy().replace('\\', "/"))
+                    .unwrap_or_else(|_| f.clone())
+            })
+            .collect()
+    }
+
+    /// The gix repository, for reads this wrapper does not name yet.
+    pub fn inner(&self) -> &gix::Repository {
+        &self.repo
+    }
+}
+
+pub(crate) fn newest_first() -> gix::revision::walk::Sorting {
+    gix::revision::walk::Sorting::ByCommitTime(
+        gix::traverse::commit::simple::CommitTimeOrder::NewestFirst,
+    )
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::with_causes;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading the index failed")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_the_line_does_not_say_is_kept() {
+        let e = Outer(std::io::Error::other("permission denied"));
+        assert_eq!(
+            with_causes(&e),
+            "reading the index failed: permission denied"
+        );
+        let io = std::io::Error::other("disk full");
+        assert_eq!(with_causes(&io), "disk full");
+    }
+}

@@ -1,0 +1,362 @@
+//! The open-task index (SPEC.md §The atomic take): which task concepts of an org are open, kept
+//! in step with every concept the ledger writes, so the take can find a repository's open tasks
+//! without reading every finding and verdict the org ever wrote. It is derived with the client's
+//! own readers and standing rule. A task it does not hold is not open (no verdict reopens a
+//! closed task; a parked one stays in it); one it holds is weighed again by the take before it
+//! is claimed. It also keeps, per
+//! task, the claim that the holder rule put first among the task's current claims: if that
+//! claim is live now, it holds the task now (no other live claim began earlier).
+
+use serde_json::Value;
+
+use super::concepts::load_concept;
+use super::errors::ApiError;
+use super::goals::store::task_rows;
+use super::sql::{Sql, args};
+use metabob_wire::claims::{self, Held};
+use metabob_wire::finding::{FINDING_SHAPE, Finding, Severity};
+use metabob_wire::verdict::{Standing, VERDICT_SHAPE, Verdict, standing};
+
+// anchor: open-tasks-schema
+pub const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS open_tasks (
+    org_id      TEXT NOT NULL REFERENCES orgs(id),
+    concept_id  TEXT NOT NULL REFERENCES concepts(id),
+    seq         INTEGER NOT NULL,
+    task_id     TEXT NOT NULL,
+    severity    TEXT NOT NULL,
+    repo        TEXT NOT NULL,
+    files       TEXT NOT NULL,
+    -- The claim that held it when its rows last changed (the holder rule's answer then).
+    holder      TEXT,
+    held_since  INTEGER,
+    held_until  INTEGER,
+    held_claim  TEXT,
+    PRIMARY KEY (org_id, concept_id)
+);
+CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
+"#;
+
+/// The most open tasks one take looks through, oldest first: far more than a fleet keeps open,
+/// and a bound on a take's work whatever an org wrote.
+pub const MAX_SCANNED: i64 = 10_000;
+
+/// Keeps the index in step with one concept just written on `conn` (anchor: index-concept): a
+/// task recorded open joins it; a verdict that closes a task, or holds its fix pending, takes
+/// every task it names out once the task's rows no longer stand open. Claim rows change nothing.
+pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiError> {
+    match concept.get("shape").and_then(Value::as_str) {
+        // Only a task can join; most findings are not tasks, and a word is cheaper to look for
+        // than a whole row to read.
+        Some(FINDING_SHAPE) if mentions_task(concept) => {
+            if let Ok(Some(f)) = Finding::read(concept)
+                && f.is_task()
+                && f.status.is_open()
+            {
+                let seq = concept.get("seq").and_then(Value::as_i64).unwrap_or(0);
+                // What ordering and the repository test need, kept beside the id so that a take
+                // weighs every open task without reading one row.
+                conn.execute(
+                    "INSERT INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                    args![
+                        org,
+                        &f.concept_id,
+                        seq,
+                        f.id(),
+                        f.severity.as_str(),
+                        f.repo.as_deref().unwrap_or_default(),
+                        serde_json::to_string(&f.files).unwrap_or_default(),
+                    ],
+                )?;
+            }
+        }
+        Some(VERDICT_SHAPE) => {
+            if let Ok(Some(v)) = Verdict::read(concept) {
+                for task in tasks_named(conn, org, &v)? {
+                    refresh(conn, org, &task)?;
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Whether a finding could be a task: the word appears in its content or summary, wherever
+/// [`Finding::read`] takes the category from (any case). The cheap test before the full read;
+/// it never says no to a task.
+fn mentions_task(concept: &Value) -> bool {
+    ["content", "summary"].iter().any(|k| {
+        concept.get(*k).and_then(Value::as_str).is_some_and(|t| {
+            t.as_bytes()
+                .windows(4)
+                .any(|w| w.eq_ignore_ascii_case(b"task"))
+        })
+    })
+}
+
+/// The indexed tasks a verdict names by id.
+fn tasks_named(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<Vec<Finding>, ApiError> {
+    let mut out = Vec::new();
+    for id in &v.finding_ids {
+        let Some((names, words)) = conn.fts_filter("c.", 2, id) else {
+            continue;
+        };
+        let mut bound = args![org].to_vec();
+        bound.extend(words);
+        let ids = conn.query(
+            &format!(
+                "SELECT o.concept_id FROM open_tasks o JOIN concepts c ON c.id = o.concept_id
+                   WHERE o.org_id = ?1 AND {names}"
+            ),
+            &bound,
+            |r| r.get::<String>(0),
+        )?;
+        for cid in ids {
+            if let Ok(Some(f)) = Finding::read(&load_concept(conn, org, &cid)?)
+                && v.concerns(&f)
+                && !out.iter().any(|o: &Finding| o.concept_id == f.concept_id)
+            {
+                out.push(f);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Takes `task` out of the index once its rows close it or hold its fix pending, and keeps who
+/// holds it. A parked task stays: the take passes it over, and a reopening makes it open again
+/// without a verdict that puts it back.
+fn refresh(conn: Sql<'_>, org: &str, task: &Finding) -> Result<(), ApiError> {
+    let rows: Vec<Verdict> = task_rows(conn, org, task)?
+        .into_iter()
+        .map(|r| r.verdict)
+        .collect();
+    if matches!(
+        standing(&rows),
+        Standing::Closed { .. } | Standing::Pending { .. }
+    ) {
+        conn.execute(
+            "DELETE FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
+            args![org, &task.concept_id],
+        )?;
+        return Ok(());
+    }
+    // Who holds it now, and until when: the holder rule's answer changes only with the rows,
+    // and by the clock, which a reader of these columns applies itself.
+    let held = claims::holder(&rows, i64::MIN);
+    conn.execute(
+        "UPDATE open_tasks SET holder = ?3, held_since = ?4, held_until = ?5, held_claim = ?6
+           WHERE org_id = ?1 AND concept_id = ?2",
+        args![
+            org,
+            &task.concept_id,
+            held.as_ref().map(|h| h.holder.as_str()),
+            held.as_ref().map(|h| h.began_ms),
+            held.as_ref().map(|h| h.until_ms),
+            held.as_ref().map(|h| h.concept_id.as_str()),
+        ],
+    )?;
+    Ok(())
+}
+
+/// The claim the index last saw holding `concept_id`, if it is still live at `now` (the holder
+/// rule's skew allowance included); `None` when nobody's claim is, or the task is not indexed.
+pub fn held(
+    conn: Sql<'_>,
+    org: &str,
+    concept_id: &str,
+    now: i64,
+) -> Result<Option<Held>, ApiError> {
+    let row = conn.query_opt(
+        "SELECT holder, held_since, held_until, held_claim FROM open_tasks
+           WHERE org_id = ?1 AND concept_id = ?2 AND holder IS NOT NULL",
+        args![org, concept_id],
+        |r| {
+            Ok(Held {
+                holder: r.get(0)?,
+                began_ms: r.get(1)?,
+                until_ms: r.get(2)?,
+                concept_id: r.get(3)?,
+            })
+        },
+    )?;
+    Ok(row.filter(|h| now < claims::lapses_at(h)))
+}
+
+/// One indexed open task, as the index keeps it.
+pub struct OpenTask {
+    pub concept_id: String,
+    pub task_id: String,
+    pub severity: Severity,
+    pub repo: String,
+    pub files: Vec<String>,
+}
+
+/// The org's indexed open tasks, oldest first; at most [`MAX_SCANNED`]. No concept is read.
+pub fn open(conn: Sql<'_>, org: &str) -> Result<Vec<OpenTask>, ApiError> {
+    conn.query(
+        "SELECT concept_id, task_id, severity, repo, files FROM open_tasks
+           WHERE org_id = ?1 ORDER BY seq LIMIT ?2",
+        args![org, MAX_SCANNED],
+        |r| {
+            let severity: String = r.get(2)?;
+            let files: String = r.get(4)?;
+            Ok(OpenTask {
+                concept_id: r.get(0)?,
+                task_id: r.get(1)?,
+                severity: severity.parse().unwrap_or(Severity::Info),
+                repo: r.get(3)?,
+                files: serde_json::from_str(&files).unwrap_or_default(),
+            })
+        },
+    )
+}
+
+/// Builds the index from what the file already holds: run once, when the schema gains it.
+pub fn backfill(conn: Sql<'_>) -> Result<(), ApiError> {
+    let tasks = conn.query(
+        "SELECT org_id, id FROM concepts WHERE shape = ?1 ORDER BY seq",
+        args![FINDING_SHAPE],
+        |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+    )?;
+    for (org, id) in tasks {
+        let concept = load_concept(conn, &org, &id)?;
+        on_insert(conn, &org, &concept)?;
+        if let Ok(Some(f)) = Finding::read(&concept)
+            && indexed(conn, &org, &f.concept_id)?
+        {
+            refresh(conn, &org, &f)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the index holds `concept_id` as one of the org's open tasks.
+pub fn indexed(conn: Sql<'_>, org: &str, concept_id: &str) -> Result<bool, ApiError> {
+    Ok(conn
+        .query_opt(
+            "SELECT 1 FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
+            args![org, concept_id],
+            |_| Ok(()),
+        )?
+        .is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::concepts::CreateConcept;
+    use crate::db::{Budget, Db, Location};
+    use crate::input::Fields;
+    use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+    use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
+
+    fn write(db: &Db, org: &'static str, pointer: Value) -> Value {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(db.write(Budget::start(60_000), move |w| {
+            let fields = Fields::new(pointer.as_object().unwrap(), "");
+            CreateConcept::parse(&fields, None)?.run(w, org)
+        }))
+        .unwrap()["concept"]
+            .clone()
+    }
+
+    fn task(summary: &str, category: &str) -> NewFinding {
+        NewFinding {
+            finding_ids: vec![new_finding_id()],
+            files: vec!["a.py".into()],
+            summary: summary.into(),
+            details: String::new(),
+            severity: Severity::High,
+            category: category.into(),
+            repo: "example.test/o/app".into(),
+            repo_name: "app".into(),
+            workspace: String::new(),
+            lines: None,
+            status: FindingStatus::Open,
+            recorded_by: None,
+            session: "s".into(),
+        }
+    }
+
+    fn verdict(db: &Db, f: &Finding, kind: VerdictKind) {
+        let nv = NewVerdict {
+            finding: f,
+            kind,
+            reviewed_by: Some("cell".into()),
+            session: "s".into(),
+            origin: VerdictOrigin::Remote,
+            lines: vec![("claim_minutes", "10".into())],
+        };
+        write(db, "org_a", nv.to_pointer());
+    }
+
+    fn open_ids(db: &Db) -> Vec<String> {
+        db.with_writer(|w| open(w.sql(), "org_a"))
+            .unwrap()
+            .into_iter()
+            .map(|t| t.task_id)
+            .collect()
+    }
+
+    fn holder_now(db: &Db, f: &Finding) -> Option<String> {
+        db.with_writer(|w| {
+            held(
+                w.sql(),
+                "org_a",
+                &f.concept_id,
+                metabob_wire::util::now_ms(),
+            )
+        })
+        .unwrap()
+        .map(|h| h.holder)
+    }
+
+    #[test]
+    fn the_index_follows_tasks_and_their_closing_verdicts_and_is_rebuilt_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&Location::Sqlite(dir.path().to_path_buf()), 1).unwrap();
+        db.with_writer(|w| {
+            w.sql().execute(
+                "INSERT INTO orgs (id, name, created_at) VALUES ('org_a', 'a', 0)",
+                &[],
+            )
+        })
+        .unwrap();
+        let read = |c: &Value| Finding::read(c).unwrap().unwrap();
+        let a = read(&write(&db, "org_a", task("A", "task").to_pointer()));
+        let b = read(&write(&db, "org_a", task("B", "task").to_pointer()));
+        write(&db, "org_a", task("not a task", "correctness").to_pointer());
+        assert_eq!(open_ids(&db), [a.id(), b.id()]);
+
+        // A claim and its withdrawal leave a task open, and the index says who holds it; a fix
+        // closes it.
+        verdict(&db, &a, VerdictKind::Claimed);
+        assert_eq!(holder_now(&db, &a).as_deref(), Some("cell"));
+        assert_eq!(holder_now(&db, &b), None);
+        verdict(&db, &a, VerdictKind::Withdrawn);
+        assert_eq!(holder_now(&db, &a), None);
+        assert_eq!(open_ids(&db).len(), 2);
+        verdict(&db, &a, VerdictKind::Fixed);
+        assert_eq!(open_ids(&db), [b.id()]);
+
+        // Built again from the rows alone, the index says the same.
+        db.with_writer(|w| {
+            w.sql().execute("DELETE FROM open_tasks", &[])?;
+            backfill(w.sql())
+        })
+        .unwrap();
+        assert_eq!(open_ids(&db), [b.id()]);
+        // Another org's index is its own.
+        assert!(
+            db.with_writer(|w| open(w.sql(), "org_b"))
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

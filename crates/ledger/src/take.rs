@@ -1,0 +1,276 @@
+//! `taskTake_write`: the atomic take (SPEC.md §The atomic take). The ledger owns its writer, so
+//! it can read a task's claim rows and write a claim in the one write that decides it: no other
+//! write comes between the read and the claim, and no read-back or withdrawal is needed. The
+//! rows it writes are the claim row and link `task pull`'s read-back path writes, composed by
+//! the same code, so every reader weighs them with the same holder rule.
+
+use serde_json::{Map, Value, json};
+
+use super::concepts::{CreateConcept, Link, load_concept};
+use super::db::Writer;
+use super::errors::ApiError;
+use super::goals::store::task_rows;
+use super::input::Fields;
+use super::open_tasks;
+use super::sql::Sql;
+use metabob_wire::claims::{
+    self, DEFAULT_CLAIM_MINUTES, Held, MAX_CLAIM_MINUTES, MAX_TAKE_CANDIDATES,
+};
+use metabob_wire::finding::{Finding, plain_concept_id};
+use metabob_wire::repo_identity::vessel_aliases;
+use metabob_wire::verdict::{Standing, Verdict, failed_by, link_pointer, standing};
+
+/// The longest claimer or session name a take accepts, in characters.
+const MAX_NAME_CHARS: usize = 512;
+/// The longest repository identity a take accepts, as the board's origin.
+const MAX_REPOSITORY_BYTES: usize = 2048;
+
+pub struct TakeRequest {
+    candidates: Vec<String>,
+    /// The repository whose other open tasks are looked at once the candidates are not free.
+    repository: Option<String>,
+    /// Tasks the caller will not take (it gave them back): never handed out from the
+    /// repository's.
+    skip: Vec<String>,
+    vessel: String,
+    session: String,
+    minutes: i64,
+    claim: Option<Value>,
+}
+
+fn name_field(d: &Fields<'_>, name: &str) -> Result<String, ApiError> {
+    let v = d.req_str(name)?;
+    if v.chars().count() > MAX_NAME_CHARS || v.chars().any(char::is_control) {
+        return Err(ApiError::bad(format!(
+            "take.{name}: one line of at most {MAX_NAME_CHARS} characters"
+        )));
+    }
+    Ok(v.trim().to_string())
+}
+
+/// Where the take stopped on one candidate.
+enum Look {
+    /// Nobody else holds it: claim it (`renew` when the claimer already does).
+    Free {
+        task: Box<Finding>,
+        rows: Vec<Verdict>,
+        renew: bool,
+    },
+    Held(Held),
+    Closed,
+    /// This claimer failed it (a `task failed` row since it was last reopened): another cell
+    /// may do it, this one is not offered it again.
+    FailedHere,
+    /// Another write is deciding its holder at this moment (another replica's, on PostgreSQL).
+    Busy,
+}
+
+impl TakeRequest {
+    // anchor: parse-take
+    pub fn parse(p: &Fields<'_>, claim: Option<&Value>) -> Result<Self, ApiError> {
+        let d = p.req_obj("take")?;
+        let candidates = d.opt_str_list("candidates")?.unwrap_or_default();
+        if candidates.len() > MAX_TAKE_CANDIDATES {
+            return Err(ApiError::bad(format!(
+                "take.candidates: at most {MAX_TAKE_CANDIDATES} concept ids"
+            )));
+        }
+        let repository = d
+            .opt_str("repository")?
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        if repository.is_some_and(|r| r.len() > MAX_REPOSITORY_BYTES) {
+            return Err(ApiError::bad(format!(
+                "take.repository: longer than {MAX_REPOSITORY_BYTES} bytes"
+            )));
+        }
+        if candidates.is_empty() && repository.is_none() {
+            return Err(ApiError::bad(
+                "take: name candidates, a repository, or both",
+            ));
+        }
+        let skip = d.opt_str_list("skip")?.unwrap_or_default();
+        if skip.len() > MAX_TAKE_CANDIDATES {
+            return Err(ApiError::bad(format!(
+                "take.skip: at most {MAX_TAKE_CANDIDATES} concept ids"
+            )));
+        }
+        Ok(TakeRequest {
+            repository: repository.map(str::to_owned),
+            skip: skip.iter().map(|c| plain_concept_id(c)).collect(),
+            candidates: candidates.iter().map(|c| plain_concept_id(c)).collect(),
+            vessel: name_field(&d, "vessel_id")?,
+            session: name_field(&d, "session")?,
+            minutes: d
+                .opt_i64_in("claim_minutes", 1, MAX_CLAIM_MINUTES)?
+                .unwrap_or(DEFAULT_CLAIM_MINUTES),
+            claim: claim.cloned(),
+        })
+    }
+
+    /// Claims the first candidate nobody else holds, in the candidates' order, then the
+    /// repository's other open tasks in this claimer's own order, and names the ones passed
+    /// over before it (anchor: run-take). Runs inside one write: what it read cannot change
+    /// before its claim is written.
+    pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
+        let now = w.tick()?;
+        let mut passed = Vec::new();
+        for id in &self.candidates {
+            match self.look(w.sql(), org, id, now)? {
+                Look::Free { task, rows, renew } => {
+                    return self.take(w, org, id, (task, rows, renew), now, passed);
+                }
+                Look::Held(h) => {
+                    passed.push(json!({ "concept_id": id, "outcome": "held", "held": h }))
+                }
+                Look::Closed => passed.push(json!({ "concept_id": id, "outcome": "closed" })),
+                Look::FailedHere => {
+                    passed.push(json!({ "concept_id": id, "outcome": "failed_here" }))
+                }
+                Look::Busy => passed.push(json!({ "concept_id": id, "outcome": "busy" })),
+            }
+        }
+        // Read only once the named ones are taken: most takes never get here. What is passed
+        // over here the caller never saw, so it is not reported.
+        for id in self.rest_of_repository(w.sql(), org)? {
+            if let Look::Free { task, rows, renew } = self.look(w.sql(), org, &id, now)? {
+                return self.take(w, org, &id, (task, rows, renew), now, passed);
+            }
+        }
+        Ok(json!({ "taken": null, "passed": passed }))
+    }
+
+    /// Claims the free task `id` and answers the take.
+    fn take(
+        &self,
+        w: &mut Writer,
+        org: &str,
+        id: &str,
+        (task, rows, renew): (Box<Finding>, Vec<Verdict>, bool),
+        now: i64,
+        passed: Vec<Value>,
+    ) -> Result<Value, ApiError> {
+        let concept = load_concept(w.sql(), org, id)?;
+        let held = self.claim(w, org, task, rows, now)?;
+        Ok(json!({
+            "taken": {
+                "concept_id": id,
+                "outcome": if renew { "renewed" } else { "claimed" },
+                "held": held,
+                "task": concept,
+            },
+            "passed": passed,
+        }))
+    }
+
+    /// The repository's open tasks the caller did not name, from the open-task index: most
+    /// severe first, then in this claimer's own order, as `task pull` orders what it sees.
+    fn rest_of_repository(&self, conn: Sql<'_>, org: &str) -> Result<Vec<String>, ApiError> {
+        let Some(repository) = &self.repository else {
+            return Ok(Vec::new());
+        };
+        let aliases = vessel_aliases(repository);
+        let mut rest: Vec<open_tasks::OpenTask> = open_tasks::open(conn, org)?
+            .into_iter()
+            .filter(|t| {
+                !self.candidates.contains(&t.concept_id)
+                    && !self.skip.contains(&t.concept_id)
+                    && aliases.belongs(&t.repo, &t.files)
+            })
+            .collect();
+        rest.sort_by_cached_key(|t| {
+            (
+                t.severity,
+                std::cmp::Reverse(claims::rendezvous(&self.vessel, &t.task_id)),
+            )
+        });
+        Ok(rest.into_iter().map(|f| f.concept_id).collect())
+    }
+
+    fn look(&self, conn: Sql<'_>, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
+        // A task the index does not hold is not open: passed without reading its rows, so a
+        // caller whose recall still shows closed tasks as open costs one point read for each.
+        if !open_tasks::indexed(conn, org, id)? {
+            return Ok(Look::Closed);
+        }
+        // Held by another, by the claim the index saw when the task's rows last changed and
+        // still live now: that answer is the holder rule's, so the rows need not be read.
+        if let Some(h) = open_tasks::held(conn, org, id, now)?
+            && h.holder != self.vessel
+        {
+            return Ok(Look::Held(h));
+        }
+        let concept = match load_concept(conn, org, id) {
+            Ok(c) => c,
+            Err(ApiError::ConceptNotFound(_)) => return Ok(Look::Closed),
+            Err(e) => return Err(e),
+        };
+        let task = match Finding::read(&concept) {
+            Ok(Some(f)) if f.is_task() && f.status.is_open() => f,
+            _ => return Ok(Look::Closed),
+        };
+        // Another replica is writing a row about this task right now (PostgreSQL): it is not
+        // free for this take, and waiting could only lose. Once locked, the rows read below
+        // hold every row about it that committed before.
+        for tid in &task.finding_ids {
+            if !conn.try_lock_holder(org, tid)? {
+                return Ok(Look::Busy);
+            }
+        }
+        let rows: Vec<Verdict> = task_rows(conn, org, &task)?
+            .into_iter()
+            .map(|r| r.verdict)
+            .collect();
+        // A parked task will not come free either, until it is reopened.
+        if matches!(
+            standing(&rows),
+            Standing::Closed { .. } | Standing::Parked { .. }
+        ) {
+            return Ok(Look::Closed);
+        }
+        if failed_by(&rows).contains(&self.vessel) {
+            return Ok(Look::FailedHere);
+        }
+        Ok(match claims::holder(&rows, now) {
+            Some(h) if h.holder != self.vessel => Look::Held(h),
+            mine => Look::Free {
+                task: Box::new(task),
+                rows,
+                renew: mine.is_some(),
+            },
+        })
+    }
+
+    /// Writes the claim row and its link, and answers the claim that now holds the task.
+    fn claim(
+        &self,
+        w: &mut Writer,
+        org: &str,
+        task: Box<Finding>,
+        mut rows: Vec<Verdict>,
+        now: i64,
+    ) -> Result<Held, ApiError> {
+        let row = claims::claim_row(&task, &self.vessel, &self.session, self.minutes, now);
+        let written = CreateConcept::parse(&fields(&row.to_pointer()), self.claim.as_ref())?
+            // The row names the task's ids, whose holder locks `look` took.
+            .insert(w.sql(), org, now)?;
+        let verdict = Verdict::read(&written).ok().flatten().ok_or_else(|| {
+            ApiError::Internal("the claim row written does not read as a claim".into())
+        })?;
+        let link = link_pointer(&verdict.concept_id, &task.concept_id);
+        Link::parse(&fields(&link), self.claim.as_ref())?.run(w, org)?;
+        rows.push(verdict);
+        match claims::holder(&rows, now) {
+            Some(h) if h.holder == self.vessel => Ok(h),
+            _ => Err(ApiError::Internal(
+                "the claim written does not hold the task".into(),
+            )),
+        }
+    }
+}
+
+/// The fields of a pointer composed here (always an object).
+fn fields(pointer: &Value) -> Fields<'_> {
+    static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+    Fields::new(pointer.as_object().unwrap_or(&EMPTY), "")
+}

@@ -1,0 +1,21 @@
+//! The one HTTP path every substrate request takes (see SPEC.md §Network): proxy selection
+//! from the environment, trust, budgets and retries, and the named causes a failure carries.
+
+pub mod attachment;
+mod cause;
+mod client;
+pub mod config;
+mod proxy;
+pub mod serve;
+mod tls;
+mod url;
+
+pub use cause::{NetCause, NetError};
+pub use client::{
+    DEFAULT_CONNECT_BUDGET, DEFAULT_RESPONSE_BUDGET, MAX_BODY_BYTES, Method, NetClient,
+    RETRY_DELAYS, Request, Response, Retry,
+};
+pub use proxy::{ProxyDiagnosis, Route, RouteReason};
+pub use tls::TlsInfo;
+pub use tls::TlsWitness;
+pub use url::{Scheme, Url, UrlError};

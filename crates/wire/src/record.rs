@@ -1,0 +1,121 @@
+//! Recording a finding or a task, with the duplicate check (SPEC.md §Recording).
+
+use std::collections::BTreeSet;
+
+use super::finding::{FindingStatus, NewFinding, Severity, lines_field, new_finding_id};
+
+/// A finding as a caller asks to record it, before the ledger's rules apply (anchor:
+/// FindingDraft). `finding record` and `record_finding` both build one.
+#[derive(Clone, Debug)]
+pub struct FindingDraft {
+    pub files: Vec<String>,
+    pub summary: String,
+    pub details: String,
+    pub severity: Severity,
+    pub category: String,
+    pub line_start: Option<u32>,
+    pub line_end: Option<u32>,
+    pub status: FindingStatus,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("a finding needs at least one file, a summary and a category")]
+pub struct Incomplete;
+
+impl FindingDraft {
+    /// The draft trimmed, or refused when it names no file, no summary or no category.
+    pub fn checked(mut self) -> Result<FindingDraft, Incomplete> {
+        self.summary = self.summary.trim().to_string();
+        self.category = self.category.trim().to_string();
+        if self.files.is_empty() || self.summary.is_empty() || self.category.is_empty() {
+            return Err(Incomplete);
+        }
+        Ok(self)
+    }
+
+    /// The write (anchor: draft_into_new): one `agf_` id per file, one concept for all.
+    pub fn into_new(
+        self,
+        repo: String,
+        repo_name: String,
+        recorded_by: Option<String>,
+        session: String,
+    ) -> NewFinding {
+        NewFinding {
+            finding_ids: self.files.iter().map(|_| new_finding_id()).collect(),
+            lines: self
+                .files
+                .first()
+                .and_then(|first| lines_field(first, self.line_start, self.line_end)),
+            files: self.files,
+            summary: self.summary,
+            details: self.details,
+            severity: self.severity,
+            category: self.category,
+            repo,
+            workspace: repo_name.clone(),
+            repo_name,
+            status: self.status,
+            recorded_by,
+            session,
+        }
+    }
+}
+
+/// Lowercased, every run of characters other than letters and digits one space.
+pub fn normalize_summary(s: &str) -> String {
+    let mut out = String::new();
+    let mut gap = false;
+    for c in s.chars().flat_map(char::to_lowercase) {
+        if c.is_alphanumeric() {
+            if gap && !out.is_empty() {
+                out.push(' ');
+            }
+            gap = false;
+            out.push(c);
+        } else {
+            gap = true;
+        }
+    }
+    out
+}
+
+/// |A ∩ B| / |A ∪ B| over the normalized words.
+pub fn jaccard(a: &str, b: &str) -> f64 {
+    let (a, b) = (normalize_summary(a), normalize_summary(b));
+    let a: BTreeSet<&str> = a.split(' ').filter(|w| !w.is_empty()).collect();
+    let b: BTreeSet<&str> = b.split(' ').filter(|w| !w.is_empty()).collect();
+    let union = a.union(&b).count();
+    if union == 0 {
+        return 1.0;
+    }
+    a.intersection(&b).count() as f64 / union as f64
+}
+
+/// Two summaries say the same thing: equal once normalized, or words overlapping at least 0.8
+/// (anchor: duplicate-finding).
+pub fn same_summary(a: &str, b: &str) -> bool {
+    normalize_summary(a) == normalize_summary(b) || jaccard(a, b) >= 0.8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_match_when_normalized_or_close() {
+        assert_eq!(
+            normalize_summary("  Null-check MISSING in  parse()! "),
+            "null check missing in parse"
+        );
+        assert!(same_summary(
+            "Null check missing in parse()",
+            "null check missing in parse"
+        ));
+        assert!(same_summary(
+            "the parser drops the last token of a line",
+            "parser drops the last token of a line"
+        ));
+        assert!(!same_summary("parser drops tokens", "lexer drops tokens"));
+    }
+}
