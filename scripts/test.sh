@@ -16,7 +16,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-cargo test --locked --test runner --lib "$@"
+cargo test --locked --workspace --lib --test runner "$@"
 # Nothing may lean on this machine's git identity or config: the git tests run again with an
 # empty HOME, as on a fresh CI runner or in a new container.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}

@@ -1,4 +1,4 @@
-//! Git reads, clone and fetch (src/git/) and repository identity (src/ledger/repo_identity.rs),
+//! Git reads, clone and fetch (src/git/) and repository identity (crates/wire/src/repo_identity.rs),
 //! against real repositories built and read back with the git CLI as the oracle, served over
 //! file:// and a real `git daemon`.
 

@@ -18,6 +18,7 @@ mod goals_ledger;
 mod guard;
 mod hostile;
 mod inspect;
+mod layers;
 mod ledger;
 mod loopback;
 mod mcp;

@@ -14,9 +14,9 @@ pub enum Via {
     Stdio,
     /// `tool call` from a shell.
     Cli,
-    /// The loopback resolver's `POST /v2/impulses/resolve` (src/mcp/loopback.rs).
+    /// The loopback resolver's `POST /v2/impulses/resolve` (crates/mcp/src/loopback.rs).
     Loopback,
-    /// MCP over HTTP, `serve --http` (src/mcp/http.rs).
+    /// MCP over HTTP, `serve --http` (crates/mcp/src/http.rs).
     Http,
 }
 

@@ -22,7 +22,7 @@ use super::workspace::Roots;
 #[derive(Clone)]
 pub struct Server {
     ctx: Arc<Ctx>,
-    /// The entry point the call log names: stdio, or MCP over HTTP (`src/mcp/http.rs`).
+    /// The entry point the call log names: stdio, or MCP over HTTP (`crates/mcp/src/http.rs`).
     via: Via,
 }
 

@@ -1,5 +1,5 @@
 //! goal_status and goal_reasoning: the dispatch record, and for a finished dispatch the durable
-//! trace of its execution, read as execution_trace reads it (src/mcp/tools/inspect/trace.rs).
+//! trace of its execution, read as execution_trace reads it (crates/mcp/src/tools/inspect/trace.rs).
 
 use std::fmt::Write as _;
 

@@ -1,0 +1,169 @@
+//! The layering rules of the workspace (docs/ARCHITECTURE.md), read from Cargo's own resolved
+//! graph: what each library crate links in a normal build, transitively. A forbidden edge
+//! anywhere below a crate fails here, naming the path that brought it in.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Each crate, and the packages it must never link (a name ending in `*` is a prefix).
+const RULES: &[(&str, &[&str], &str)] = &[
+    (
+        "metabob-wire",
+        &[
+            "metabob-*",
+            "tokio",
+            "hyper",
+            "reqwest",
+            "rustls",
+            "rusqlite",
+            "postgres",
+            "gix",
+            "tree-sitter*",
+            "rmcp",
+        ],
+        "the vocabulary has no network, no store, no git, no parser and no MCP",
+    ),
+    (
+        "metabob-index",
+        &[
+            "metabob-net",
+            "hyper",
+            "reqwest",
+            "rustls",
+            "tokio-rustls",
+            "postgres",
+            "rmcp",
+        ],
+        "the index crate never links the network stack",
+    ),
+    (
+        "metabob-ledger",
+        &[
+            "rmcp",
+            "tree-sitter*",
+            "metabob-index",
+            "metabob-mcp-server",
+            "metabob-cell",
+            "gix",
+        ],
+        "the ledger server never links rmcp or tree-sitter",
+    ),
+    (
+        "metabob-mcp-server",
+        &["postgres", "metabob-ledger"],
+        "the MCP server reaches the ledger only over HTTP, so it never links the PostgreSQL store",
+    ),
+    (
+        "metabob-cell",
+        &["metabob-ledger", "metabob-mcp-server", "rmcp", "postgres"],
+        "a cell talks to the ledger over the attachment and serves no MCP itself",
+    ),
+];
+
+/// Package name → the names of its normal (non-dev, non-build) dependencies.
+fn normal_graph() -> BTreeMap<String, Vec<String>> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name_of: BTreeMap<&str, &str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
+        .collect();
+    let mut graph = BTreeMap::new();
+    for node in meta["resolve"]["nodes"].as_array().unwrap() {
+        let deps = node["deps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| {
+                d["dep_kinds"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|k| k["kind"].is_null())
+            })
+            .map(|d| name_of[d["pkg"].as_str().unwrap()].to_string())
+            .collect();
+        graph.insert(name_of[node["id"].as_str().unwrap()].to_string(), deps);
+    }
+    graph
+}
+
+/// Every package `from` links, each with the chain that first reached it.
+fn reached(graph: &BTreeMap<String, Vec<String>>, from: &str) -> BTreeMap<String, Vec<String>> {
+    let mut seen = BTreeMap::new();
+    let mut queue = VecDeque::from([vec![from.to_string()]]);
+    while let Some(chain) = queue.pop_front() {
+        let last = chain.last().unwrap();
+        for dep in graph.get(last).into_iter().flatten() {
+            if !seen.contains_key(dep) {
+                let mut next = chain.clone();
+                next.push(dep.clone());
+                seen.insert(dep.clone(), next.clone());
+                queue.push_back(next);
+            }
+        }
+    }
+    seen
+}
+
+fn violations(graph: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (krate, banned, why) in RULES {
+        assert!(
+            graph.contains_key(*krate),
+            "{krate} is not in the workspace"
+        );
+        for (dep, chain) in reached(graph, krate) {
+            let hit = banned.iter().any(|b| match b.strip_suffix('*') {
+                Some(prefix) => dep.starts_with(prefix),
+                None => dep == *b,
+            });
+            if hit {
+                out.push(format!(
+                    "{krate} links {dep} ({}): {why}",
+                    chain.join(" -> ")
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn each_crate_links_only_the_layers_below_it() {
+    let graph = normal_graph();
+    let bad = violations(&graph);
+    assert!(bad.is_empty(), "forbidden edges:\n{}", bad.join("\n"));
+    // The binary links every layer: nothing of the workspace is orphaned.
+    let all: BTreeSet<String> = reached(&graph, "metabob-mcp").into_keys().collect();
+    for (krate, _, _) in RULES {
+        assert!(all.contains(*krate), "the binary does not link {krate}");
+    }
+}
+
+#[test]
+fn a_forbidden_edge_deep_below_a_crate_is_named_with_its_path() {
+    let mut graph = normal_graph();
+    // As if the index crate grew a dependency that pulls in the HTTP client.
+    graph
+        .get_mut("metabob-index")
+        .unwrap()
+        .push("metabob-git".into());
+    let bad = violations(&graph);
+    assert!(
+        bad.iter().any(|v| v.starts_with(
+            "metabob-index links metabob-net (metabob-index -> metabob-git -> metabob-net)"
+        )),
+        "{bad:#?}"
+    );
+}
