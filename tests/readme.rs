@@ -7,7 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{BIN, Output, TestEnv, layout, wait_until};
+use crate::support::{Output, TestEnv, layout, wait_until};
 
 const MARKER: &str = "<!-- runnable -->";
 
@@ -131,7 +131,7 @@ fn run(block: &Block) -> (Output, Duration, bool) {
     let mut env = TestEnv::new();
     let bin = env.path("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(BIN, bin.join("metabob-mcp")).unwrap();
+    std::os::unix::fs::symlink(crate::support::bin(), bin.join("metabob-mcp")).unwrap();
     let path = env
         .vars
         .iter()
