@@ -8,7 +8,7 @@ use std::time::Duration;
 use metabob_mcp_server::store::sidecar::{Delivery, Sidecar, Solicitation, TaskState};
 use serde_json::{Value, json};
 
-use crate::mcp::{Client, Session};
+use crate::support::mcp::{Client, Session};
 use crate::support::{Producer, TestEnv, normalize};
 
 const SHAPE: &str = "solicitationResponse_write";
@@ -64,7 +64,7 @@ fn shown(text: &str, is_error: bool, env: &TestEnv) -> String {
             None => l.to_string(),
         })
         .collect();
-    crate::mcp::shown(&text.join("\n"), is_error, env)
+    crate::support::mcp::shown(&text.join("\n"), is_error, env)
 }
 
 /// Waits for `f` while the session's background work runs on this test's runtime (a blocking

@@ -453,17 +453,9 @@ mod in_process {
         );
         let gate = a.gate().await.unwrap_err().to_string();
         assert!(gate.starts_with("anchor_unreachable: "), "{gate}");
-        let mut ledger = std::process::Command::new(crate::support::BIN)
-            .env_clear()
-            .envs(env.vars.iter().map(|(k, v)| (k, v)))
-            .args([
-                "ledger",
-                "serve",
-                "--data",
-                &data_s,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
+        let listen = format!("127.0.0.1:{port}");
+        let mut ledger = env
+            .cmd(&["ledger", "serve", "--data", &data_s, "--listen", &listen])
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();

@@ -77,7 +77,13 @@ fn dom_group(dom: &str, task: &str) -> Option<String> {
 }
 
 fn record_refused_ref(env: &TestEnv, url: &str) -> String {
-    let v = env.record_task_with(url, "work on a weird branch", "CRITICAL", "ref: -x;rm -rf");
+    let v = env.record_task_with(
+        url,
+        "a.py",
+        "work on a weird branch",
+        "CRITICAL",
+        "ref: -x;rm -rf",
+    );
     v["finding_ids"][0].as_str().unwrap().to_string()
 }
 

@@ -43,25 +43,9 @@ impl World {
     }
 
     fn record_task_at(&self, severity: &str, file: &str, summary: &str, details: &str) -> String {
-        let out = self.env.run(&[
-            "finding",
-            "record",
-            "--origin",
-            &self.url,
-            "--file",
-            file,
-            "--summary",
-            summary,
-            "--severity",
-            severity,
-            "--category",
-            "task",
-            "--details",
-            details,
-            "--json",
-        ]);
-        assert_eq!(out.code, 0, "{out:?}");
-        let v = json_out(&out);
+        let v = self
+            .env
+            .record_task_with(&self.url, file, summary, severity, details);
         assert_eq!(v["outcome"], "recorded", "{v}");
         v["finding_ids"][0].as_str().unwrap().to_string()
     }

@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use crate::mcp::{Client, Session, project, shown};
+use crate::mcp::project;
+use crate::support::mcp::{Client, Session, shown};
 use crate::support::{TestEnv, closed_port};
 
 /// A session on a ledger.

@@ -18,7 +18,7 @@ use testcontainers::core::{
 use testcontainers::runners::{SyncBuilder, SyncRunner};
 use testcontainers::{Container, ContainerRequest, GenericBuildableImage, GenericImage, ImageExt};
 
-use crate::support::{BIN, Output};
+use crate::support::{Output, bin};
 
 const BASE: &str = "metabob-base:bookworm";
 const CELL: (&str, &str) = ("metabob-cell", "test");
@@ -64,7 +64,7 @@ fn images() {
             let build = || {
                 GenericBuildableImage::new(name, tag)
                     .with_dockerfile(repo().join(file))
-                    .with_file(BIN, "metabob-mcp")
+                    .with_file(bin(), "metabob-mcp")
                     .with_file(repo().join("entrypoint/cell-entrypoint"), "cell-entrypoint")
                     .build_image_with(BuildImageOptions::new().with_build_arg("BASE_IMAGE", BASE))
             };
@@ -1203,7 +1203,7 @@ fn fleet_sh(project: &str, args: &[&str]) -> Output {
         .arg("600")
         .arg(repo().join("scripts/fleet.sh"))
         .args(args)
-        .env("METABOB_BIN", BIN)
+        .env("METABOB_BIN", bin())
         .env("BASE_IMAGE", BASE)
         .env("FLEET_PROJECT", project)
         .stdin(Stdio::null())

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{BIN, TestEnv, wait_until};
+use crate::support::{TestEnv, bin, wait_until};
 
 /// The processes whose command line is exactly `line`.
 fn running(line: &str) -> usize {
@@ -39,8 +39,8 @@ fn a_cell_stopped_mid_task_gives_its_claim_back_and_leaves_no_sleep_behind() {
             ("HARNESS", harness),
             ("RENEW_EVERY", "4243"),
             ("VESSEL_ID", "cell-host"),
-            ("METABOB_BIN", BIN),
         ])
+        .env("METABOB_BIN", bin())
         .env("TASK_DIR", env.path("cell/task"))
         .env("WORK_DIR", env.path("cell/work"))
         .current_dir(env.cwd())

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::mcp::{Client, Session};
+use crate::support::mcp::{Client, Session};
 use crate::support::{Producer, TestEnv, normalize, wait_until};
 
 const MIN: i64 = 60_000;

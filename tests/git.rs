@@ -5,14 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use metabob_cell::ledger::repo_identity::{
     Aliases, VesselDir, identity_of_origin, normalize_remote_url, repo_identity, vessel_aliases,
 };
 use metabob_git::{GitError, Repo, clone_at};
 
-use crate::support::{Reaped, TestEnv, closed_port, wait_until};
+use crate::support::{TestEnv, closed_port, git_daemon};
 
 /// Clone and fetch reach only file:// and git:// remotes here, which take no trust or proxy.
 fn net() -> metabob_net::NetClient {
@@ -225,32 +224,6 @@ fn history() -> History {
     History { f, c }
 }
 
-/// `git daemon` serving `base` on a free loopback port, killed when dropped.
-fn git_daemon(env: &TestEnv, base: &Path) -> (u16, Reaped) {
-    let port = closed_port();
-    let child = Command::new("git")
-        .env_clear()
-        .envs(env.vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .arg("daemon")
-        .arg("--reuseaddr")
-        .arg(format!("--base-path={}", base.display()))
-        .arg("--export-all")
-        .arg("--listen=127.0.0.1")
-        .arg(format!("--port={port}"))
-        .arg(base)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("git daemon starts");
-    let guard = Reaped(child);
-    let up = wait_until(Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    assert!(up, "git daemon did not start listening");
-    (port, guard)
-}
-
 /// Checks a gix clone against a CLI clone of the same URL.
 fn assert_clone_matches(env: &TestEnv, url: &str, dest: &Path, branch: Option<&str>) {
     let (repo, sha) = clone_at(url, dest, branch, false, &net()).expect("clone succeeds");
@@ -337,8 +310,8 @@ fn clone_over_file_and_git_daemon_matches_cli() {
     assert_clone_matches(env, &url, &env.path("clone-file"), None);
     assert_clone_matches(env, &url, &env.path("clone-file-task"), Some("task/t1"));
 
-    let (port, _daemon) = git_daemon(env, &env.path("served"));
-    let daemon_url = format!("git://127.0.0.1:{port}/remote.git");
+    let (prefix, _daemon) = git_daemon(env, &env.path("served"));
+    let daemon_url = format!("{prefix}remote.git");
     assert_clone_matches(env, &daemon_url, &env.path("clone-daemon"), None);
     assert_clone_matches(
         env,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::mcp::{Client, Session};
+use crate::support::mcp::{Client, Session};
 use crate::support::{Ledger, Producer, TestEnv, normalize, verbatim, wait_until};
 
 const DISPATCH: &str = "dispatch_0123456789abcdef01234567";
@@ -565,7 +565,10 @@ async fn a_goal_dispatched_over_mcp_is_pulled_fixed_and_reads_reached() {
         .find_map(|l| l.strip_prefix("taskId: "))
         .unwrap()
         .to_string();
-    insta::assert_snapshot!("e2e_dispatched", crate::mcp::shown(&reply, false, &env));
+    insta::assert_snapshot!(
+        "e2e_dispatched",
+        crate::support::mcp::shown(&reply, false, &env)
+    );
     let args = json!({"dispatch_id": id});
     let queued = s.shown(&env, "goal_status", args.clone()).await;
     assert!(queued.starts_with("reached: (running)\n"), "{queued}");

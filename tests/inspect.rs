@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::mcp::{Client, Session};
+use crate::support::mcp::{Client, Session};
 use crate::support::{Producer, TestEnv, normalize};
 
 /// Writes the fixture producer's answers: shape → {status, body, delay_ms, echo}.

@@ -38,25 +38,11 @@ fn json(out: &Output) -> Value {
 
 impl World {
     fn record(&self, severity: &str, file: &str, details: &str) -> String {
-        let out = self.env.run(&[
-            "finding",
-            "record",
-            "--origin",
-            &self.url,
-            "--category",
-            "task",
-            "--severity",
-            severity,
-            "--file",
-            file,
-            "--summary",
-            &format!("fix {file}"),
-            "--details",
-            details,
-            "--json",
-        ]);
-        assert_eq!(out.code, 0, "{out:?}");
-        json(&out)["finding_ids"][0].as_str().unwrap().to_string()
+        let summary = format!("fix {file}");
+        let v = self
+            .env
+            .record_task_with(&self.url, file, &summary, severity, details);
+        v["finding_ids"][0].as_str().unwrap().to_string()
     }
 
     /// `task pull --json` into `cell`'s own directories (emptied first, as the entrypoint does).

@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{BIN, Output, TestEnv, layout, wait_until};
+use crate::support::{Output, TestEnv, bin, layout, wait_until};
 
 /// Long enough for a loaded CI machine; the script itself takes seconds.
 const BOUND: Duration = Duration::from_secs(120);
@@ -21,7 +21,7 @@ fn run_quickstart(env: &TestEnv) -> Output {
         .args(["--listen", "127.0.0.1:0"])
         .env_clear()
         .envs(env.vars.iter().map(|(k, v)| (k, v)))
-        .env("METABOB_BIN", BIN)
+        .env("METABOB_BIN", bin())
         .env("QUICKSTART_EXIT", "1")
         .current_dir(env.cwd())
         .stdin(Stdio::null())

@@ -849,6 +849,7 @@ fn a_squash_merge_keeps_the_fix_as_a_mention_only() {
 fn record_task_with_ref(env: &TestEnv, url: &str, name: &str) {
     let v = env.record_task_with(
         url,
+        "a.py",
         &format!("work on {name}"),
         "HIGH",
         &format!("ref: {name}"),

@@ -27,6 +27,7 @@ mod newcomer;
 mod output;
 mod parking;
 mod quickstart;
+mod readme;
 mod refs;
 mod soak;
 mod spec;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::soak::{self, KINDS, Plan, Report};
-use crate::support::{BIN, TestEnv, on_postgres, pg};
+use crate::support::{TestEnv, bin, on_postgres, pg};
 
 #[test]
 fn a_minute_of_chaos_breaks_no_invariant() {
@@ -19,7 +19,7 @@ fn a_minute_of_chaos_breaks_no_invariant() {
         (vec!["--data".to_string(), data], 1)
     };
     let plan = Plan {
-        bin: PathBuf::from(BIN),
+        bin: bin().to_path_buf(),
         repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
         root,
         vars: env.vars.clone(),

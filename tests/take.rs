@@ -335,7 +335,7 @@ fn fill_window(w: &World, n: usize) {
 fn a_task_past_the_cells_recall_window_is_still_taken_and_a_parked_one_only_once() {
     let w = world(&[]);
     w.env
-        .record_task_with(&w.url, "bad ref", "CRITICAL", "ref: -x");
+        .record_task_with(&w.url, "a.py", "bad ref", "CRITICAL", "ref: -x");
     let good = w.tasks(1);
     // The recall reads 4 pages of 300; 1,200 newer findings leave both tasks outside it.
     fill_window(&w, 1200);

@@ -6,15 +6,33 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod mcp;
 mod normalize;
 pub mod pg;
 pub mod soak;
 pub use normalize::{layout, normalize, seen, snapshot, verbatim};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_metabob-mcp");
+/// The binary under test, as assert_cmd's `cargo_bin` finds it: the one way these tests name
+/// it. Runs to completion go through [`TestEnv::run`] and long-running processes through
+/// [`TestEnv::cmd`], both on this path; assert_cmd's own `Command` does not fit them, since its
+/// `output` and `assert` always give the child a stdin pipe, where TestEnv's is null.
+pub fn bin() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| assert_cmd::cargo::cargo_bin("metabob-mcp"))
+}
+
+/// The binary with exactly `vars`, run in `cwd`, stdin null: TestEnv's hermetic environment.
+fn hermetic(vars: &[(String, String)], cwd: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.env_clear()
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    c
+}
 
 pub struct TestEnv {
     pub root: tempfile::TempDir,
@@ -110,12 +128,8 @@ impl TestEnv {
 
     /// The binary with exactly this environment, run in the test's cwd.
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
-        c.env_clear()
-            .envs(self.vars.iter().map(|(k, v)| (k, v)))
-            .current_dir(self.cwd())
-            .args(args);
-        c.stdin(Stdio::null());
+        let mut c = hermetic(&self.vars, &self.cwd());
+        c.args(args);
         c
     }
 
@@ -125,13 +139,15 @@ impl TestEnv {
 
     /// `finding record --json` of a task on `a.py` for `origin`: what it answered.
     pub fn record_task(&self, origin: &str, summary: &str, severity: &str) -> serde_json::Value {
-        self.record_task_with(origin, summary, severity, "")
+        self.record_task_with(origin, "a.py", summary, severity, "")
     }
 
-    /// [`TestEnv::record_task`] with `details` (a `ref:` line, a policy line).
+    /// [`TestEnv::record_task`] on `file`, with `details` (a `ref:` line, a policy line; none
+    /// when empty).
     pub fn record_task_with(
         &self,
         origin: &str,
+        file: &str,
         summary: &str,
         severity: &str,
         details: &str,
@@ -142,7 +158,7 @@ impl TestEnv {
             "--origin",
             origin,
             "--file",
-            "a.py",
+            file,
             "--summary",
             summary,
             "--severity",
@@ -448,15 +464,11 @@ fn spawn_ledger(
     listen: &str,
     extra: &[String],
 ) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .env_clear()
-        .envs(vars.iter().map(|(k, v)| (k, v)))
-        .current_dir(cwd)
+    let mut child = hermetic(vars, cwd)
         .args(["ledger", "serve"])
         .args(store)
         .args(["--listen", listen])
         .args(extra)
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
