@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use metabob_wire::env::Env;
 use metabob_mcp_server::Ctx;
+use metabob_wire::env::Env;
 use serde_json::{Value, json};
 
 use crate::support::mcp::{Client, Session, shown};
