@@ -20,34 +20,66 @@ impl From<Exit> for std::process::ExitCode {
     }
 }
 
-/// A failure a command reports: one line naming the cause and what to do.
+/// A failure a command reports: one line, the cause and then, when there is one, what to do
+/// (`error: <cause>; <hint>`), as jj's errors carry a hint apart from their message. The hint
+/// has this one place and this one format, so no command words it its own way.
 #[derive(Debug)]
 pub struct CliError {
     pub exit: Exit,
-    pub line: String,
+    pub cause: String,
+    pub hint: Option<String>,
 }
 
 impl CliError {
-    pub fn failure(line: impl Into<String>) -> Self {
+    pub fn failure(cause: impl Into<String>) -> Self {
         CliError {
             exit: Exit::Failure,
-            line: line.into(),
+            cause: cause.into(),
+            hint: None,
         }
     }
-    pub fn not_attached(line: impl Into<String>) -> Self {
+
+    pub fn not_attached(cause: impl Into<String>) -> Self {
         CliError {
             exit: Exit::NotAttached,
-            line: line.into(),
+            cause: cause.into(),
+            hint: None,
         }
+    }
+
+    /// What the user can do about it.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
     }
 }
 
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.line)
+        f.write_str(&self.cause)?;
+        match &self.hint {
+            Some(hint) => write!(f, "; {hint}"),
+            None => Ok(()),
+        }
     }
 }
 
 impl std::error::Error for CliError {}
 
 pub type CliResult = Result<Exit, CliError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hint_follows_the_cause_in_one_line() {
+        let e = CliError::failure("finding close: no commits named").hint("give --commits RANGE");
+        assert_eq!(
+            e.to_string(),
+            "finding close: no commits named; give --commits RANGE"
+        );
+        assert_eq!(CliError::not_attached("no key").to_string(), "no key");
+        assert_eq!(CliError::not_attached("no key").exit, Exit::NotAttached);
+    }
+}

@@ -127,9 +127,8 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
         (Some(f), None) => Commits::File(f),
         (None, Some(r)) => Commits::Range(r),
         _ => {
-            return Err(CliError::failure(
-                "finding close: give one of --commits-from FILE or --commits RANGE",
-            ));
+            return Err(CliError::failure("finding close: no commits named")
+                .hint("give one of --commits-from FILE or --commits RANGE"));
         }
     };
     let opts = CloseOptions {
@@ -185,8 +184,9 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
         && end < start
     {
         return Err(CliError::failure(format!(
-            "finding record: --line-end {end} is before --line-start {start}: give the code's last line"
-        )));
+            "finding record: --line-end {end} is before --line-start {start}"
+        ))
+        .hint("give the code's last line"));
     }
     let draft = FindingDraft {
         files: a.files,

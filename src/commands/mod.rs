@@ -137,8 +137,9 @@ pub async fn run(cli: Cli, mut env: Env) -> CliResult {
         Err(name) => {
             if let Some(flag) = cli.connect.given() {
                 return Err(crate::error::CliError::failure(format!(
-                    "{flag} does not act on {name}: drop it"
-                )));
+                    "{flag} does not act on {name}"
+                ))
+                .hint("drop it"));
             }
         }
     }
@@ -170,13 +171,15 @@ pub(crate) fn cell_error(context: &str, e: metabob_cell::CellError) -> crate::er
         CellError::NotAttached(line) => CliError::not_attached(line),
         // Met partway, a lost attachment is still "not attached": the caller's exit code must
         // not depend on when the key was revoked or the ledger went away.
-        CellError::Ledger(e) if e.is_detachment() => CliError::not_attached(format!(
-            "{context}: not attached: {e}; nothing more was sent (diagnose with `metabob-mcp attach --check`)"
-        )),
+        CellError::Ledger(e) if e.is_detachment() => {
+            CliError::not_attached(format!("{context}: not attached: {e}"))
+                .hint("nothing more was sent (diagnose with `metabob-mcp attach --check`)")
+        }
         // Exit 2 as for an outage, so that whoever waits out the one waits out the other.
-        CellError::Ledger(e) if e.is_unavailable() => CliError::not_attached(format!(
-            "{context}: the ledger is unavailable for now: {e}; try again shortly"
-        )),
+        CellError::Ledger(e) if e.is_unavailable() => {
+            CliError::not_attached(format!("{context}: the ledger is unavailable for now: {e}"))
+                .hint("try again shortly")
+        }
         // The guard's refusal already names the command it refused for.
         CellError::Outgoing(refusal) => CliError::failure(refusal.to_string()),
         other => CliError::failure(format!("{context}: {other}")),

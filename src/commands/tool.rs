@@ -76,14 +76,12 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
             name, args, json, ..
         } => {
             let value: serde_json::Value = serde_json::from_str(&args).map_err(|e| {
-                CliError::failure(format!(
-                    "--args is not JSON ({e}); pass an object such as '{{\"query\": \"parse\"}}'"
-                ))
+                CliError::failure(format!("--args is not JSON ({e})"))
+                    .hint("pass an object such as '{\"query\": \"parse\"}'")
             })?;
             if !value.is_object() {
-                return Err(CliError::failure(
-                    "--args must be a JSON object, such as '{}'",
-                ));
+                return Err(CliError::failure("--args must be a JSON object")
+                    .hint("pass one such as '{}'"));
             }
             if metabob_mcp_server::tools::spec(&name).is_none() {
                 return Err(CliError::failure(metabob_mcp_server::tools::unknown_tool(
