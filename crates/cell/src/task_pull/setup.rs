@@ -1,0 +1,301 @@
+//! The set-up step of `task pull`: a task this cell now holds becomes a work directory cloned
+//! at the task's ref and a task directory holding task.json and context.md. A task that cannot
+//! be set up has its claim withdrawn, and a cause of its own parks it.
+
+use std::path::Path;
+
+use super::{PullOptions, TaskFailure, withdraw};
+use crate::CellError;
+use crate::ledger::claims::Held;
+use crate::ledger::parking::{self, Parked};
+use crate::ledger::recall::{LedgerView, Recalled};
+use crate::ledger::verdict::Standing;
+use crate::policy::{self, Convention, Policy, TrustList};
+use crate::task_file::{TaskClaim, TaskFile, TaskPolicy};
+use metabob_net::attachment::Attachment;
+use metabob_wire::env::Env;
+use metabob_wire::finding::Finding;
+use metabob_wire::guard::redact_url_credentials;
+use metabob_wire::header::find_line;
+use metabob_wire::refname::validate_ref;
+use metabob_wire::util::{now_ms, rfc3339_ms, write_atomic};
+
+/// One pull's set-up step: what it reads besides the task.
+pub(super) struct Pull<'a> {
+    pub(super) opts: &'a PullOptions,
+    pub(super) env: &'a Env,
+    pub(super) att: &'a Attachment,
+    pub(super) me: &'a str,
+    pub(super) session: &'a str,
+    pub(super) repository: &'a str,
+    pub(super) view: &'a LedgerView,
+}
+
+/// What setting up a held task came to.
+pub(super) enum SetUp {
+    Done(Box<TaskFile>),
+    /// Its ref is refused, or the origin has no such ref: the task is parked.
+    Parked(TaskFailure),
+    /// The origin could not be reached: the claim was withdrawn, nothing is held against the
+    /// task, and the pull says try later.
+    OriginAway(String),
+}
+
+/// Why a claimed task could not be set up; each cause has one owner of what follows
+/// (anchor: SetupFailure).
+enum SetupFailure {
+    /// What the task itself names cannot be had: it is parked.
+    Task(String),
+    /// The origin or the network failed: the fleet's outage, waited out.
+    Origin(String),
+    /// This cell failed (its disk, its directories): the pull fails, exit 1.
+    Cell(String),
+}
+
+impl Pull<'_> {
+    /// Sets up a task this cell holds. A task that cannot be set up has its claim withdrawn
+    /// and what the pull wrote cleared; a cause of the task's own parks it.
+    pub(super) async fn set_up(
+        &self,
+        r: &Recalled,
+        held: &Held,
+        conventions: &[Convention],
+    ) -> Result<SetUp, CellError> {
+        let f = &r.finding;
+        // Past the claim: every failure withdraws it, so one bad task never blocks the fleet
+        // for the claim's length.
+        let trust = TrustList::new(
+            self.opts.trust.as_deref(),
+            self.env,
+            f.recorded_by.as_deref(),
+        );
+        let policy = policy::decide(&f.details, conventions, &trust);
+        let reference = find_line(&f.details, "ref").map(str::to_owned);
+        if let Some(reference) = &reference
+            && let Err(refused) = validate_ref(reference)
+        {
+            let why = format!("ref {reference:?} refused: {refused}");
+            return Ok(self.park(f, why).await);
+        }
+        let setup = Setup {
+            net: self.att.net(),
+            repository: self.repository,
+            policy: &policy,
+            trust,
+            held,
+            me: self.me,
+            session: self.session,
+            reference,
+        };
+        let failure = match setup.run(self.opts, r, self.view).await {
+            Ok(task) => return Ok(SetUp::Done(Box::new(task))),
+            Err(failure) => failure,
+        };
+        clear(&self.opts.work_dir);
+        clear(&self.opts.task_dir);
+        match failure {
+            SetupFailure::Task(why) => Ok(self.park(f, redact_url_credentials(&why)).await),
+            SetupFailure::Origin(why) => {
+                // The clone's own error may quote the origin whole, password and all.
+                let why = redact_url_credentials(&why);
+                tracing::warn!("{why}; the claim on {} goes back, try later", f.id());
+                withdraw(self.att, f, self.me, self.session, &why).await;
+                Ok(SetUp::OriginAway(why))
+            }
+            SetupFailure::Cell(why) => {
+                let why = redact_url_credentials(&why);
+                withdraw(self.att, f, self.me, self.session, &why).await;
+                Err(CellError::Failed(format!(
+                    "{why}; the claim on {} was withdrawn",
+                    f.id()
+                )))
+            }
+        }
+    }
+
+    /// Parks a task whose own cause failed it, at once: the cause is certain, so no other cell
+    /// needs to try. The park ends this cell's claim too (a parked task is held by nobody); a
+    /// park that cannot be written falls back to a withdrawal.
+    async fn park(&self, f: &Finding, reason: String) -> SetUp {
+        let parked = Parked {
+            reason: reason.clone(),
+            tried_by: vec![self.me.to_string()],
+        };
+        let written = match parking::park(self.att, f, self.me, self.session, &parked).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("parking {} failed ({e}); withdrawing the claim", f.id());
+                false
+            }
+        };
+        withdraw(self.att, f, self.me, self.session, &reason).await;
+        SetUp::Parked(TaskFailure {
+            task_id: f.id().to_string(),
+            reason,
+            parked: written,
+        })
+    }
+}
+
+/// Removes what a failed pull left in a directory that was empty when it started.
+fn clear(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
+    }
+}
+
+/// What setting up a claimed task needs besides the pull's options.
+struct Setup<'a> {
+    net: &'a metabob_net::NetClient,
+    repository: &'a str,
+    policy: &'a Policy,
+    trust: TrustList,
+    held: &'a Held,
+    me: &'a str,
+    session: &'a str,
+    reference: Option<String>,
+}
+
+impl Setup<'_> {
+    /// Clones the work directory and writes task.json and context.md; the error line says
+    /// which step failed.
+    async fn run(
+        self,
+        opts: &PullOptions,
+        r: &Recalled,
+        view: &LedgerView,
+    ) -> Result<TaskFile, SetupFailure> {
+        let (origin, work, progress) = (opts.origin.clone(), opts.work_dir.clone(), opts.progress);
+        let net = self.net.clone();
+        let branch = self.reference.clone();
+        let base = tokio::task::spawn_blocking(move || {
+            metabob_git::clone_at(&origin, &work, branch.as_deref(), progress, &net)
+                .map(|(_, sha)| sha)
+        })
+        .await
+        .map_err(|e| SetupFailure::Cell(format!("the clone stopped: {e}")))?
+        .map_err(|e| match e {
+            // Only what the task names can fail it: its ref. A remote or network that did not
+            // answer is waited out; a lasting refusal (trust, credentials) is this cell's.
+            metabob_git::GitError::RefNotFound(name) => SetupFailure::Task(format!(
+                "the origin has no branch or tag {name:?} (the task's ref)"
+            )),
+            e @ metabob_git::GitError::Clone { lasting: false, .. } => {
+                SetupFailure::Origin(format!("cloning {} failed: {e}", opts.origin))
+            }
+            e => SetupFailure::Cell(format!("cloning {} failed: {e}", opts.origin)),
+        })?;
+
+        let f = &r.finding;
+        let policy = self.policy;
+        let task = TaskFile {
+            base,
+            category: f.category.clone(),
+            claim: TaskClaim {
+                holder: self.held.holder.clone(),
+                minutes: opts.minutes,
+                until: rfc3339_ms(self.held.until_ms),
+            },
+            concept_id: f.concept_id.clone(),
+            details: f.details.clone(),
+            files: r.files.clone(),
+            finding_ids: f.finding_ids.clone(),
+            // The clone's remote keeps what it needs to push; the file never holds a password.
+            origin: redact_url_credentials(&opts.origin),
+            policy: TaskPolicy {
+                conflicts: policy.conflicts.clone(),
+                integrate: policy.integrate.clone(),
+                push_branch: policy.push_branch(f.id()),
+                push_to: policy.push_to.clone(),
+                refused: policy.refused.clone(),
+                target: policy.target(f.id()),
+            },
+            pulled_at: rfc3339_ms(now_ms()),
+            recorder: f.recorded_by.clone(),
+            reference: self.reference,
+            repository: self.repository.to_string(),
+            session: self.session.to_string(),
+            severity: f.severity,
+            summary: f.summary.clone(),
+            task_id: f.id().to_string(),
+            trust: self.trust,
+            vessel_id: self.me.to_string(),
+        };
+        task.write(&opts.task_dir.join("task.json"))
+            .map_err(SetupFailure::Cell)?;
+        let context = context_md(r, view, policy, &task);
+        let path = opts.task_dir.join("context.md");
+        write_atomic(&path, context.as_bytes(), None)
+            .map_err(|e| SetupFailure::Cell(format!("writing {}: {e}", path.display())))?;
+        Ok(task)
+    }
+}
+
+/// The harness's briefing: details, policy, open non-task findings on the task's files, and the
+/// task as recorded.
+fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &TaskFile) -> String {
+    use std::fmt::Write as _;
+    let f = &r.finding;
+    let mut s = String::new();
+    let _ = writeln!(s, "# Task {}: {}\n", f.id(), f.summary);
+    let _ = writeln!(
+        s,
+        "Severity {}; files: {}\n",
+        f.severity,
+        r.files.join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "## Details\n\n{}\n",
+        if f.details.trim().is_empty() {
+            "(none)"
+        } else {
+            f.details.trim()
+        }
+    );
+    let _ = writeln!(s, "## Integration policy\n");
+    let _ = writeln!(
+        s,
+        "- push to `{}` ({})\n- integrate: {} ({})\n- conflicts: {} ({})\n- the fix closes once merged into `{}`; \
+         commit it with a `Fixes-Finding: {}` trailer\n",
+        task.policy.push_branch,
+        policy.push_to.source,
+        policy.integrate.value,
+        policy.integrate.source,
+        policy.conflicts.value,
+        policy.conflicts.source,
+        task.policy.target,
+        f.id()
+    );
+    let related: Vec<&Recalled> = view
+        .findings
+        .iter()
+        .filter(|o| !o.finding.is_task() && matches!(view.standing(&o.finding), Standing::Open))
+        .filter(|o| o.files.iter().any(|x| r.files.contains(x)))
+        .collect();
+    let _ = writeln!(s, "## Open findings on these files ({})\n", related.len());
+    for o in related {
+        let _ = writeln!(
+            s,
+            "- [{}][{}] {} — {} ({})",
+            o.finding.severity,
+            o.finding.category,
+            o.finding.summary,
+            o.files.join(", "),
+            o.finding.id()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n## The task as recorded\n\n```json\n{}\n```",
+        serde_json::to_string_pretty(task).unwrap_or_default()
+    );
+    s
+}
