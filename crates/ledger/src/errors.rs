@@ -105,7 +105,7 @@ pub enum ApiError {
         max_bytes: usize,
         declared: Option<u64>,
     },
-    /// One of a row's texts is over what every reader reads (`metabob_wire::row::row_caps`).
+    /// One of a row's texts is over what every reader reads (`metabob_wire::row::RowTexts`).
     #[error("row_too_large: {field} is {bytes} bytes, at most {max_bytes}")]
     RowTooLarge {
         field: &'static str,

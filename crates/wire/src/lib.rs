@@ -2,7 +2,7 @@
 //! ledger, and the house rules every layer keeps.
 //!
 //! Owns: findings, verdicts and the one holder rule (`claims::holder`), row bounds
-//! (`row::row_caps`), header blocks, shapes, commit trailers, ref validation (`refname`), the
+//! (`row::RowTexts`), header blocks, shapes, commit trailers, ref validation (`refname`), the
 //! board's typed model, repository identity from a URL, and the process-wide rules under them:
 //! the environment snapshot (`env`), the one writer of output (`out`), credential redaction and
 //! the outgoing-text guard (`guard`).
