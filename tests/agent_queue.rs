@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use metabob_mcp_server::store::sidecar::{Delivery, Sidecar, Solicitation, TaskState};
+use metabob_mcp_server::agent_queue::{Delivery, Sidecar, Solicitation, TaskState};
 use serde_json::{Value, json};
 
 use crate::support::mcp::{Client, Session};

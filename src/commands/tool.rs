@@ -80,8 +80,9 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
                     .hint("pass an object such as '{\"query\": \"parse\"}'")
             })?;
             if !value.is_object() {
-                return Err(CliError::failure("--args must be a JSON object")
-                    .hint("pass one such as '{}'"));
+                return Err(
+                    CliError::failure("--args must be a JSON object").hint("pass one such as '{}'")
+                );
             }
             if metabob_mcp_server::tools::spec(&name).is_none() {
                 return Err(CliError::failure(metabob_mcp_server::tools::unknown_tool(

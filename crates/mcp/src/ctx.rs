@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::store::sidecar::{Sidecar, sidecar_path};
+use crate::agent_queue::{Sidecar, sidecar_path};
 use crate::store::{Store, store_path};
 use metabob_index::Index;
 use metabob_net::attachment::{Attachment, ClientClaim, vessel_id};

@@ -1,6 +1,7 @@
 //! The MCP server (SPEC.md §The MCP server): its stdio surface, the workspace it works on, the tool
 //! registry and the call log. Tools adapt; the ledger, index, git and store modules decide.
 
+pub mod agent_queue;
 pub mod calllog;
 pub mod ctx;
 pub mod framing;

@@ -26,7 +26,7 @@ use super::calllog::Via;
 use super::ctx::Ctx;
 use super::server::answer_even_if_it_panics;
 use super::tools::{self, Reply};
-use crate::store::sidecar::{Sidecar, Solicitation, queue_vessel};
+use crate::agent_queue::{Sidecar, Solicitation, queue_vessel};
 use metabob_wire::env::Env;
 
 /// The largest request body read, as for one MCP line on stdio (`framing::MAX_LINE_BYTES`);

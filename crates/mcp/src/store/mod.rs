@@ -12,8 +12,6 @@ use metabob_wire::env::Env;
 use metabob_wire::finding::{FindingStatus, Severity};
 use metabob_wire::util::now_ms;
 
-pub mod sidecar;
-
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("the local store at {path} could not be opened: {cause}")]

@@ -11,10 +11,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{CallResult, Reply};
-use crate::ctx::{Ctx, Here};
-use crate::store::sidecar::{
+use crate::agent_queue::{
     Answer, Outcome, Resolution, Sidecar, SidecarError, Task, queue_vessel, sidecar_path,
 };
+use crate::ctx::{Ctx, Here};
 use metabob_net::attachment::{Attachment, ResolveError, Sending};
 use metabob_wire::env::Env;
 use metabob_wire::util::now_ms;
@@ -270,7 +270,7 @@ pub fn spawn_reconcile(env: &Env, att: &Attachment, vessel: Option<&str>) {
 
 async fn reconcile(path: &Path, att: &Attachment, vessel: &str, started: i64) {
     let pending = Sidecar::open(path).and_then(|q| {
-        let v = q.undelivered(vessel, started, crate::store::sidecar::READ_MAX)?;
+        let v = q.undelivered(vessel, started, crate::agent_queue::READ_MAX)?;
         Ok((q, v))
     });
     let (q, answers) = match pending {
@@ -323,7 +323,7 @@ mod tests {
             question: "line one\n\u{1b}[2Jline two\r".into(),
             created_ms: 0,
             deadline_ms: 60_000,
-            state: crate::store::sidecar::TaskState::Pending,
+            state: crate::agent_queue::TaskState::Pending,
             claimed_by: None,
         };
         let shown = render_task(&t, 0);

@@ -104,7 +104,7 @@ fn open_gaps(n: usize) -> String {
 }
 
 fn read_line(s: &Snapshot) -> String {
-    let age = super::local::age(s.read_ms);
+    let age = super::local::shared::age(s.read_ms);
     let count = if s.truncated {
         "the read reached its limit and may be truncated".to_string()
     } else {

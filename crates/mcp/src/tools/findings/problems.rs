@@ -7,7 +7,7 @@ use super::{ContextArgs, ProblemsArgs, recall_here};
 use crate::ctx::{Ctx, Here, Session};
 use crate::store::{Retire, Seed};
 use crate::tools::Reply;
-use crate::tools::local::{NO_SERVER_ANALYSIS, by_group, local_seeds, relative, seed_line};
+use crate::tools::local::shared::{NO_SERVER_ANALYSIS, by_group, local_seeds, relative, seed_line};
 use metabob_cell::ledger::claims::{self, Held};
 use metabob_cell::ledger::recall::{LedgerView, Recalled};
 use metabob_cell::ledger::verdict::{self, Pending, Standing, VerdictKind};
@@ -530,7 +530,7 @@ pub async fn get_analysis_context(ctx: &Ctx, here: &Here<'_>, a: ContextArgs) ->
     if s.from != ws {
         let _ = writeln!(out, "Identity derived from: {}", s.from.display());
     }
-    let _ = writeln!(out, "{}", crate::tools::local::graph_line(ctx, ws));
+    let _ = writeln!(out, "{}", crate::tools::local::shared::graph_line(ctx, ws));
     let filters = Filters {
         severity: None,
         category: None,

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::RecordArgs;
 use crate::ctx::{Ctx, Here, Session};
 use crate::store::NewSeeds;
-use crate::tools::local::relative;
+use crate::tools::local::shared::relative;
 use crate::tools::{CallResult, Reply};
 use metabob_cell::ledger::record::open_duplicate;
 use metabob_cell::ledger::record::{FindingDraft, same_summary};
