@@ -1,0 +1,127 @@
+//! `concept_create_write`: the one insert every concept the ledger writes goes through.
+
+use serde_json::{Value, json};
+
+use super::{CONCEPT_COLS, DEFAULT_PRIORITY, claim_text, concept_json};
+use crate::db::Writer;
+use crate::errors::ApiError;
+use crate::input::Fields;
+use crate::sql::{Sql, args};
+use metabob_wire::header::Header;
+use metabob_wire::row::{MAX_IDS_PER_ROW, RowTexts};
+use metabob_wire::util::random_hex;
+use metabob_wire::verdict::VERDICT_SHAPE;
+
+pub struct CreateConcept {
+    content: String,
+    shape: String,
+    source_type: String,
+    summary: String,
+    pointer: Value,
+    budget: Option<i64>,
+    priority: f64,
+    claim: Option<String>,
+}
+
+impl CreateConcept {
+    pub fn parse(p: &Fields<'_>, claim: Option<&Value>) -> Result<Self, ApiError> {
+        let d = p.req_obj("conceptData")?;
+        let shape = d.req_str("shape")?.to_string();
+        let pointer = match d.opt_obj("pointer")? {
+            Some(m) => Value::Object(m.clone()),
+            None => json!({ "type": shape }),
+        };
+        Ok(CreateConcept {
+            content: d.req_str("content")?.to_string(),
+            source_type: d.req_str("source_type")?.to_string(),
+            summary: d.opt_str("summary")?.unwrap_or("").to_string(),
+            pointer,
+            budget: d.opt_i64_in("budget", 0, i64::MAX)?,
+            priority: d
+                .opt_f64_in("priority", 0.0, 1.0)?
+                .unwrap_or(DEFAULT_PRIORITY),
+            shape,
+            claim: claim_text(claim),
+        })
+    }
+
+    /// Holds each of the row's texts to what every reader reads, so that no write key can
+    /// store a row that blinds the readers of its org.
+    fn check_size(&self) -> Result<(), ApiError> {
+        let pointer = self.pointer.to_string();
+        let texts = RowTexts {
+            content: &self.content,
+            summary: &self.summary,
+            pointer: &pointer,
+            client_claim: self.claim.as_deref().unwrap_or_default(),
+            shape: &self.shape,
+            source_type: &self.source_type,
+        };
+        match texts.over_cap() {
+            Some((field, bytes, max_bytes)) => Err(ApiError::RowTooLarge {
+                field,
+                bytes,
+                max_bytes,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the holder lock of every finding a verdict row names, then the creation time, then
+    /// writes: so on PostgreSQL two rows about one finding are numbered and stamped in the
+    /// order they commit (SPEC.md §Claim order on each store).
+    // anchor: create-concept
+    pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
+        let now = w.tick_holding(org, &self.holder_ids())?;
+        let concept = self.insert(w.sql(), org, now)?;
+        Ok(json!({ "concept": concept }))
+    }
+
+    /// The finding ids whose holder this row may change: the ones a verdict row names (a claim
+    /// is one). Read from the header as the client writes it; bounded as any row's ids are.
+    fn holder_ids(&self) -> Vec<String> {
+        if self.shape != VERDICT_SHAPE {
+            return Vec::new();
+        }
+        let mut ids = Header::parse(&self.content).list("finding_ids");
+        ids.truncate(MAX_IDS_PER_ROW);
+        ids
+    }
+
+    /// Inserts the concept with creation time `now` on `conn`, inside the caller's transaction
+    /// (the goal board writes a task and its dispatch in one), keeps the open-task index in
+    /// step, and returns it as answered. Every concept the ledger writes comes through here. A
+    /// verdict row must be written under its findings' holder locks, taken before `now` was
+    /// drawn: [`CreateConcept::run`] takes them; the take holds them already.
+    pub fn insert(&self, conn: Sql<'_>, org: &str, now: i64) -> Result<Value, ApiError> {
+        self.check_size()?;
+        let id = format!("concept_{}", random_hex(12));
+        // The concept as stored comes back with the insert: no second statement reads it.
+        let concept = conn
+            .query_opt(
+                &format!(
+                    "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer, budget,
+                                           priority, created_at, updated_at, client_claim)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)
+                     RETURNING {CONCEPT_COLS}"
+                ),
+                args![
+                    id,
+                    org,
+                    self.shape,
+                    self.source_type,
+                    self.summary,
+                    self.content,
+                    self.pointer.to_string(),
+                    self.budget,
+                    self.priority,
+                    now,
+                    self.claim
+                ],
+                concept_json,
+            )?
+            .ok_or_else(|| ApiError::Internal("an insert answered no row".into()))?;
+        crate::open_tasks::on_insert(conn, org, &concept)?;
+        Ok(concept)
+    }
+}

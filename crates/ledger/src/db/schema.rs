@@ -1,0 +1,234 @@
+//! The schema, one step per version, and the migration that brings either store up to
+//! [`SCHEMA_VERSION`].
+
+use rusqlite::Connection;
+
+use crate::errors::ApiError;
+use crate::sql::{Dialect, Sql, args, pg_ddl};
+
+/// Bumped with every schema change; `migrate` brings older files forward.
+pub const SCHEMA_VERSION: i64 = 4;
+
+// anchor: schema
+/// The first version's tables, in SQLite's words; PostgreSQL's are derived from them
+/// (`sql::pg_ddl`), so the columns have one owner.
+const TABLES_V1: &str = r#"
+CREATE TABLE orgs (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE,
+    created_at  INTEGER NOT NULL
+);
+CREATE TABLE api_keys (
+    id          TEXT PRIMARY KEY,
+    org_id      TEXT NOT NULL REFERENCES orgs(id),
+    key_hash    TEXT NOT NULL UNIQUE,
+    scopes      TEXT NOT NULL,
+    label       TEXT,
+    created_at  INTEGER NOT NULL,
+    revoked_at  INTEGER
+);
+-- AUTOINCREMENT: seq is never reused, so it orders claims across restarts.
+CREATE TABLE concepts (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    id              TEXT NOT NULL UNIQUE,
+    org_id          TEXT NOT NULL REFERENCES orgs(id),
+    shape           TEXT NOT NULL,
+    source_type     TEXT NOT NULL,
+    summary         TEXT NOT NULL,
+    content         TEXT NOT NULL,
+    pointer         TEXT NOT NULL,
+    budget          INTEGER,
+    priority        REAL NOT NULL,
+    times_loaded    INTEGER NOT NULL DEFAULT 0,
+    times_succeeded INTEGER NOT NULL DEFAULT 0,
+    times_failed    INTEGER NOT NULL DEFAULT 0,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    client_claim    TEXT
+);
+CREATE INDEX concepts_by_org ON concepts(org_id, seq);
+CREATE TABLE edges (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    id              TEXT NOT NULL UNIQUE,
+    org_id          TEXT NOT NULL REFERENCES orgs(id),
+    from_id         TEXT NOT NULL REFERENCES concepts(id),
+    to_id           TEXT NOT NULL REFERENCES concepts(id),
+    edge_type       TEXT NOT NULL,
+    weight          REAL NOT NULL,
+    traversal_count INTEGER NOT NULL,
+    description     TEXT,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    client_claim    TEXT,
+    UNIQUE (org_id, from_id, to_id, edge_type)
+);
+CREATE INDEX edges_from ON edges(org_id, from_id);
+CREATE INDEX edges_to ON edges(org_id, to_id);
+CREATE TABLE usage (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           TEXT NOT NULL UNIQUE,
+    org_id       TEXT NOT NULL REFERENCES orgs(id),
+    concept_id   TEXT NOT NULL REFERENCES concepts(id),
+    outcome      TEXT NOT NULL,
+    trace_id     TEXT NOT NULL,
+    activity_id  TEXT,
+    task_id      TEXT,
+    created_at   INTEGER NOT NULL,
+    client_claim TEXT
+);
+CREATE INDEX usage_by_concept ON usage(org_id, concept_id, seq);
+"#;
+
+/// SQLite's full-text index over a concept's summary, content and shape, kept in step by triggers.
+const FTS_V1: &str = r#"
+CREATE VIRTUAL TABLE concepts_fts USING fts5(
+    summary, content, shape, content='concepts', content_rowid='seq'
+);
+CREATE TRIGGER concepts_fts_ins AFTER INSERT ON concepts BEGIN
+    INSERT INTO concepts_fts(rowid, summary, content, shape)
+    VALUES (new.seq, new.summary, new.content, new.shape);
+END;
+CREATE TRIGGER concepts_fts_del AFTER DELETE ON concepts BEGIN
+    INSERT INTO concepts_fts(concepts_fts, rowid, summary, content, shape)
+    VALUES ('delete', old.seq, old.summary, old.content, old.shape);
+END;
+"#;
+
+/// PostgreSQL's full-text search over the same three columns: a generated `tsvector` with the
+/// `simple` configuration (no stemming, no stop words), so a word matches as it does in FTS5.
+// anchor: pg-schema
+const PG_FTS_V1: &str = r#"
+ALTER TABLE concepts ADD COLUMN fts tsvector GENERATED ALWAYS AS (
+    to_tsvector('simple', summary || ' ' || content || ' ' || shape)
+) STORED;
+CREATE INDEX concepts_fts ON concepts USING GIN (fts);
+"#;
+
+/// The schema steps, one per version; each runs once, in order, inside the migration's
+/// transaction.
+fn schema_steps(dialect: Dialect) -> [String; 4] {
+    let tables = [TABLES_V1, crate::goals::SCHEMA, crate::open_tasks::SCHEMA];
+    let rank = crate::concepts::rank_index_ddl();
+    match dialect {
+        Dialect::Sqlite => [
+            format!("{TABLES_V1}{FTS_V1}"),
+            tables[1].into(),
+            tables[2].into(),
+            rank,
+        ],
+        Dialect::Postgres => [
+            format!("{}{PG_FTS_V1}", pg_ddl(TABLES_V1)),
+            pg_ddl(tables[1]),
+            pg_ddl(tables[2]),
+            rank,
+        ],
+    }
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`] (anchor: migrate). Two processes may start on a
+/// fresh store at once: SQLite's immediate transaction, and on PostgreSQL an advisory lock held
+/// for the migration's transaction, make one create the schema and the other see it done.
+pub(super) fn migrate_sql(sql: Sql<'_>) -> Result<(), ApiError> {
+    if stored_version(sql)? >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    sql.transaction(|sql| {
+        if sql.dialect() == Dialect::Postgres {
+            sql.query_opt(
+                "SELECT pg_advisory_xact_lock(?1)",
+                args![MIGRATION_LOCK],
+                |_| Ok(()),
+            )?;
+            sql.execute(
+                "CREATE TABLE IF NOT EXISTS ledger_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+                &[],
+            )?;
+        }
+        let version = stored_version(sql)?;
+        for (i, step) in schema_steps(sql.dialect()).iter().enumerate() {
+            let step_version = i as i64 + 1;
+            if version < step_version {
+                sql.execute_batch(step)?;
+            }
+            // Version 3 indexes the rows already there.
+            if version < 3 && step_version == 3 {
+                crate::open_tasks::backfill(sql)?;
+            }
+        }
+        match sql.dialect() {
+            Dialect::Sqlite => sql.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")),
+            Dialect::Postgres => sql
+                .execute(
+                    "INSERT INTO ledger_meta (key, value) VALUES ('schema_version', ?1)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    args![SCHEMA_VERSION],
+                )
+                .map(drop),
+        }
+    })
+}
+
+/// The advisory lock key of the PostgreSQL migration (and first start): any constant no holder
+/// lock can equal in practice.
+pub(super) const MIGRATION_LOCK: i64 = 0x6d62_6c65_6467_6572;
+
+fn stored_version(sql: Sql<'_>) -> Result<i64, ApiError> {
+    match sql {
+        Sql::Lite(c) => Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?),
+        Sql::Pg(_) => {
+            let exists: Option<String> =
+                sql.value("SELECT to_regclass('ledger_meta')::text", &[])?;
+            if exists.is_none() {
+                return Ok(0);
+            }
+            Ok(sql
+                .query_opt(
+                    "SELECT value FROM ledger_meta WHERE key = 'schema_version'",
+                    &[],
+                    |r| r.get::<i64>(0),
+                )?
+                .unwrap_or(0))
+        }
+    }
+}
+
+pub(super) fn migrate(conn: &Connection) -> Result<(), ApiError> {
+    migrate_sql(Sql::Lite(conn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{DB_FILE, open_connection};
+
+    #[test]
+    fn a_version_3_file_gains_the_rank_index_and_search_reads_pages_off_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        {
+            let conn = Connection::open(&path).unwrap();
+            for step in &schema_steps(Dialect::Sqlite)[..3] {
+                conn.execute_batch(step).unwrap();
+            }
+            conn.execute_batch("PRAGMA user_version = 3").unwrap();
+        }
+        let conn = open_connection(dir.path()).unwrap();
+        assert_eq!(stored_version(Sql::Lite(&conn)).unwrap(), SCHEMA_VERSION);
+        let plan: Vec<String> = Sql::Lite(&conn)
+            .query(
+                &format!(
+                    "EXPLAIN QUERY PLAN SELECT c.seq, c.content FROM concepts c
+                     WHERE c.org_id = ?1 AND c.shape = ?2
+                     ORDER BY {} DESC, c.seq DESC LIMIT 300 OFFSET 900",
+                    crate::concepts::RELEVANCE_SQL
+                ),
+                args!["org", "verdict"],
+                |r| r.get::<String>(3),
+            )
+            .unwrap();
+        assert_eq!(
+            plan,
+            ["SEARCH c USING INDEX concepts_by_rank (org_id=? AND shape=?)"]
+        );
+    }
+}

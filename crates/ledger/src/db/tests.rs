@@ -1,0 +1,190 @@
+use super::*;
+
+/// Counts to a billion: seconds of SQLite work, far past any budget these tests set.
+const ENDLESS: &str =
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000000)";
+
+fn count_orgs(conn: Sql<'_>) -> Result<i64, ApiError> {
+    conn.value("SELECT count(*) FROM orgs", &[])
+}
+
+fn sqlite(dir: &tempfile::TempDir) -> Location {
+    Location::Sqlite(dir.path().to_path_buf())
+}
+
+fn queued(db: &Db) -> usize {
+    match &db.0.backend {
+        Backend::Lite { queue, .. } => QUEUED_WRITES - queue.capacity(),
+        Backend::Pg { .. } => 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_stops_a_read_and_rolls_back_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&sqlite(&dir), 1).unwrap();
+    let endless_read = format!("{ENDLESS} SELECT count(*) FROM n");
+    let read = db
+        .read("org_a", Budget::start(50), move |c| {
+            c.value::<i64>(&endless_read, &[])
+        })
+        .await;
+    assert!(
+        matches!(read, Err(ApiError::BudgetExceeded { budget_ms: 50 })),
+        "{read:?}"
+    );
+    // The one reader went back to the pool without its deadline and serves the next read.
+    let orgs = db.read("org_a", Budget::start(60_000), count_orgs).await;
+    assert_eq!(orgs.unwrap(), 0);
+
+    let endless_write = format!(
+        "INSERT INTO orgs (id, name, created_at) {ENDLESS} SELECT 'o' || i, 'n' || i, 0 FROM n"
+    );
+    let write = db
+        .write(Budget::start(50), move |w| {
+            w.sql().execute(&endless_write, &[])?;
+            Ok(())
+        })
+        .await;
+    assert!(
+        matches!(write, Err(ApiError::BudgetExceeded { budget_ms: 50 })),
+        "{write:?}"
+    );
+    let orgs = db.read_unscoped(Budget::start(60_000), count_orgs).await;
+    assert_eq!(orgs.unwrap(), 0, "a stopped write leaves nothing behind");
+    let write = db
+        .write(Budget::start(60_000), |w| {
+            w.sql().execute(
+                "INSERT INTO orgs (id, name, created_at) VALUES ('org_x', 'x', 0)",
+                &[],
+            )
+        })
+        .await;
+    assert_eq!(write.unwrap(), 1, "the writer works after an interrupt");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_org_cannot_hold_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two readers: each org may hold one.
+    let db = Db::open(&sqlite(&dir), 2).unwrap();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = tokio::spawn({
+        let db = db.clone();
+        async move {
+            db.read("org_a", Budget::start(60_000), move |_| {
+                let _ = started_tx.send(());
+                let _ = release_rx.recv();
+                Ok(())
+            })
+            .await
+        }
+    });
+    started_rx.await.unwrap();
+    assert_eq!(db.readers(), (2, 1));
+
+    // org_a's second read waits for its share, here until its budget runs out...
+    let second = db.read("org_a", Budget::start(100), |_| Ok(())).await;
+    assert!(
+        matches!(second, Err(ApiError::BudgetExceeded { budget_ms: 100 })),
+        "{second:?}"
+    );
+    // ...while another org, and the key check, find the reader left for them.
+    db.read("org_b", Budget::start(60_000), count_orgs)
+        .await
+        .unwrap();
+    db.read_unscoped(Budget::start(60_000), count_orgs)
+        .await
+        .unwrap();
+
+    release_tx.send(()).unwrap();
+    holder.await.unwrap().unwrap();
+    db.read("org_a", Budget::start(60_000), count_orgs)
+        .await
+        .unwrap();
+    assert_eq!(db.readers(), (2, 0));
+}
+
+fn insert_org(id: &'static str) -> impl FnMut(&mut Writer<'_>) -> Result<usize, ApiError> {
+    move |w| {
+        w.sql().execute(
+            "INSERT INTO orgs (id, name, created_at) VALUES (?1, ?1, 0)",
+            args![id],
+        )
+    }
+}
+
+/// Queues one write behind the held writer and waits until it sits in the queue, so the
+/// batch's order is the order of these calls. Only sound while the writer thread is held
+/// inside a batch: then nothing takes from the queue, and its length only grows.
+async fn queue_write<T: Send + 'static>(
+    db: &Db,
+    budget_ms: u64,
+    work: impl FnMut(&mut Writer<'_>) -> Result<T, ApiError> + Send + 'static,
+) -> tokio::task::JoinHandle<Result<T, ApiError>> {
+    let before = queued(db);
+    let handle = tokio::spawn({
+        let db = db.clone();
+        async move { db.write(Budget::start(budget_ms), work).await }
+    });
+    while queued(db) == before {
+        tokio::task::yield_now().await;
+    }
+    handle
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_commit_holds_a_batch_and_an_interrupted_write_undoes_only_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&sqlite(&dir), 1).unwrap();
+    // A write that waits inside its own batch holds the writer thread there, so the next
+    // writes queue up behind it and are taken as one batch once it is let go. Waiting for
+    // the queue to empty instead would race the thread's taking of it.
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let mut held_tx = Some(held_tx);
+    let holder = tokio::spawn({
+        let db = db.clone();
+        async move {
+            db.write(Budget::start(60_000), move |_| {
+                if let Some(tx) = held_tx.take() {
+                    let _ = tx.send(());
+                }
+                let _ = release_rx.recv();
+                Ok(())
+            })
+            .await
+        }
+    });
+    held_rx.await.unwrap();
+    let first = queue_write(&db, 60_000, insert_org("org_a")).await;
+    let endless = format!(
+        "INSERT INTO orgs (id, name, created_at) {ENDLESS} SELECT 'o' || i, 'n' || i, 0 FROM n"
+    );
+    let stopped = queue_write(&db, 1_000, move |w| w.sql().execute(&endless, &[])).await;
+    let last = queue_write(&db, 60_000, insert_org("org_c")).await;
+    // A write that fails on its own (a duplicate key) is undone alone, without a restart.
+    let duplicate = queue_write(&db, 60_000, insert_org("org_c")).await;
+    release_tx.send(()).unwrap();
+    holder.await.unwrap().unwrap();
+
+    assert_eq!(first.await.unwrap().unwrap(), 1);
+    let stopped = stopped.await.unwrap();
+    assert!(
+        matches!(stopped, Err(ApiError::BudgetExceeded { budget_ms: 1_000 })),
+        "{stopped:?}"
+    );
+    assert_eq!(last.await.unwrap().unwrap(), 1);
+    assert!(duplicate.await.unwrap().is_err());
+    let names: Vec<String> = db
+        .read_unscoped(Budget::start(60_000), |c| {
+            c.query("SELECT id FROM orgs ORDER BY id", &[], |r| {
+                r.get::<String>(0)
+            })
+        })
+        .await
+        .unwrap();
+    // The interrupt undid the open transaction; the write before it was run again.
+    assert_eq!(names, ["org_a", "org_c"]);
+}
