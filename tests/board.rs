@@ -30,7 +30,7 @@ fn admin_key(env: &TestEnv) -> String {
 /// The group of `task` on the board, if it is there.
 fn group_of(board: &Value, task: &str) -> Option<String> {
     for repo in board["repositories"].as_array()? {
-        for g in metabob_ledger::board::GROUPS {
+        for g in metabob_wire::board::GROUPS {
             if repo[g]
                 .as_array()?
                 .iter()

@@ -6,9 +6,11 @@ use clap::{Args, Subcommand};
 use crate::error::{CliError, CliResult, Exit};
 use metabob_cell::task_claim::{GiveBack, renew_or_release, reopen_task};
 use metabob_cell::task_pull::{self, PullOptions, PullStatus};
+use metabob_wire::board::{Board, Entry};
 use metabob_wire::claims::ClaimOutcome;
 use metabob_wire::env::Env;
 use metabob_wire::parking::{Parked, Reopen};
+use serde::Deserialize;
 
 /// A cell's task: take one from the ledger, keep its claim alive or give it back; put a parked
 /// task back; show the board.
@@ -207,89 +209,71 @@ async fn list(a: ListArgs, mut env: Env) -> CliResult {
     if a.json {
         super::print_json(&board)?;
     } else {
+        // Read once into the board's model; an answer that is no board is one error line.
+        let board = Board::deserialize(&board).map_err(|e| {
+            CliError::failure(format!(
+                "task list: the ledger's taskBoard answer does not read as a board: {}",
+                metabob_wire::util::one_line(&e.to_string(), 200)
+            ))
+        })?;
         metabob_wire::out!("{}", board_text(&board));
     }
     Ok(Exit::Ok)
 }
 
 /// The board as text: one block per repository, one line per task with its group's details.
-pub fn board_text(board: &serde_json::Value) -> String {
-    use serde_json::Value;
-    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+pub fn board_text(board: &Board) -> String {
+    let or_dash = |v: &Option<String>| v.as_deref().unwrap_or("-").to_string();
     let mut out = String::new();
-    let repos = board.get("repositories").and_then(Value::as_array);
-    for repo in repos.into_iter().flatten() {
-        out.push_str(&format!("{}\n", s(repo, "repository")));
-        for group in metabob_ledger::board::GROUPS {
-            for t in repo
-                .get(group)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let detail = match group {
-                    "claimed" => format!(
-                        "by {} until {}{}",
-                        s(t, "holder"),
-                        s(t, "until"),
-                        if t.get("lapsed") == Some(&Value::Bool(true)) {
-                            " (lapsed)"
-                        } else {
-                            ""
-                        }
-                    ),
-                    "pending" => format!(
-                        "{} commit {} by {}",
-                        s(t, "awaiting"),
-                        s(t, "fix_commit"),
-                        s(t, "by")
-                    ),
-                    "closed" => format!(
-                        "{} commit {} by {}",
-                        s(t, "verdict"),
-                        s(t, "fix_commit"),
-                        s(t, "closed_by")
-                    ),
-                    "withdrawn" | "parked" => format!("reason: {}", s(t, "reason")),
-                    _ => s(t, "severity"),
-                };
-                out.push_str(&format!(
-                    "  {group:<9} {} {} ({detail})\n",
-                    s(t, "task_id"),
-                    s(t, "summary")
-                ));
-            }
+    for repo in &board.repositories {
+        out.push_str(&format!("{}\n", repo.repository));
+        for entry in repo.entries() {
+            let detail = match entry {
+                Entry::Open(t) => t.severity.clone(),
+                Entry::Claimed(t) => format!(
+                    "by {} until {}{}",
+                    t.holder,
+                    t.until,
+                    if t.lapsed { " (lapsed)" } else { "" }
+                ),
+                Entry::Pending(t) => format!(
+                    "{} commit {} by {}",
+                    t.awaiting,
+                    or_dash(&t.fix_commit),
+                    or_dash(&t.by)
+                ),
+                Entry::Closed(t) => format!(
+                    "{} commit {} by {}",
+                    t.verdict,
+                    or_dash(&t.fix_commit),
+                    or_dash(&t.closed_by)
+                ),
+                Entry::Withdrawn(t) => format!("reason: {}", t.reason),
+                Entry::Parked(t) => format!("reason: {}", t.reason),
+            };
+            let task = entry.task();
+            out.push_str(&format!(
+                "  {:<9} {} {} ({detail})\n",
+                entry.group(),
+                task.task_id,
+                task.summary
+            ));
         }
     }
-    if repos.is_none_or(|r| r.is_empty()) {
+    if board.repositories.is_empty() {
         out.push_str("no tasks\n");
     }
-    for c in board
-        .get("cells")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for c in &board.cells {
         out.push_str(&format!(
             "cell {} last heartbeat {}\n",
-            s(c, "vessel_id"),
-            s(c, "last_heartbeat")
+            c.vessel_id,
+            or_dash(&c.last_heartbeat)
         ));
     }
-    for g in board
-        .get("goals")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        out.push_str(&format!(
-            "goal {} {}: {}\n",
-            s(g, "dispatch_id"),
-            s(g, "state"),
-            s(g, "goal")
-        ));
+    for g in &board.goals {
+        out.push_str(&format!("goal {} {}: {}\n", g.dispatch_id, g.state, g.goal));
     }
-    if board.get("truncated") == Some(&Value::Bool(true)) {
+    if board.truncated {
         out.push_str("(only the newest tasks are shown)\n");
     }
     out

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::concepts::{MAX_LIMIT, Search};
 use super::errors::ApiError;
@@ -17,6 +17,10 @@ use super::goals::store::{self, read_task_row};
 use super::goals::walk::{self, Ending, Outcome, TaskRow, one_line};
 use super::input::Fields;
 use super::sql::Sql;
+use metabob_wire::board::{
+    Board, BoardCell, BoardGoal, BoardRepository, BoardTask, ClaimedTask, ClosedTask, ParkedTask,
+    PendingTask, WithdrawnTask,
+};
 use metabob_wire::claims;
 use metabob_wire::finding::{FINDING_SHAPE, Finding};
 use metabob_wire::repo_identity::{identity_of_origin, vessel_aliases};
@@ -90,7 +94,7 @@ impl BoardRequest {
                 by_id.entry(id.as_str()).or_default().push(i);
             }
         }
-        let mut board = Board::default();
+        let mut board = Gathered::default();
         for task in &tasks {
             let mut mine: Vec<usize> = task
                 .finding_ids
@@ -107,17 +111,19 @@ impl BoardRequest {
                 .collect();
             board.add(task, mine, now_ms);
         }
-        let goals = board.goals(conn, org)?;
-        Ok(json!({
-            "origin_repository": self.identity,
-            "repositories": board.repositories(),
-            "cells": board.cells(),
-            "goals": goals,
-            "tasks": tasks.len(),
-            "truncated": truncated,
-            "verdicts_truncated": verdicts_cut,
-            "now": rfc3339_ms(now_ms),
-        }))
+        let answer = Board {
+            goals: board.goals(conn, org)?,
+            cells: board.cells(),
+            repositories: board.repos.into_values().collect(),
+            origin_repository: self.identity,
+            tasks: tasks.len() as u64,
+            truncated,
+            verdicts_truncated: verdicts_cut,
+            now: rfc3339_ms(now_ms),
+        };
+        serde_json::to_value(answer).map_err(|e| {
+            ApiError::Internal(format!("taskBoard: the answer did not serialize: {e}"))
+        })
     }
 
     /// A task of the origin's repository, as `task pull` decides it, or any task for the org.
@@ -160,31 +166,20 @@ fn read_shape(
 
 /// What the board gathers as it weighs each task.
 #[derive(Default)]
-struct Board {
-    /// repository → group → entries.
-    repos: BTreeMap<String, BTreeMap<&'static str, Vec<Value>>>,
+struct Gathered {
+    /// repository → its groups, in the order of their names.
+    repos: BTreeMap<String, BoardRepository>,
     /// vessel id → (latest claim or renewal, task ids it holds now).
     cells: BTreeMap<String, (i64, Vec<String>)>,
     /// task id → the walk's state word, for the goals.
     states: BTreeMap<String, &'static str>,
 }
 
-pub const GROUPS: [&str; 6] = [
-    "open",
-    "claimed",
-    "pending",
-    "closed",
-    "withdrawn",
-    "parked",
-];
-
-fn who(v: &Verdict) -> Value {
-    v.reviewed_by
-        .as_deref()
-        .map_or(Value::Null, |w| one_line(w, TEXT_CHARS).into())
+fn who(v: &Verdict) -> Option<String> {
+    v.reviewed_by.as_deref().map(|w| one_line(w, TEXT_CHARS))
 }
 
-impl Board {
+impl Gathered {
     fn add(&mut self, task: &Finding, rows: Vec<TaskRow>, now_ms: i64) {
         let verdicts: Vec<Verdict> = rows.iter().map(|r| r.verdict.clone()).collect();
         // A claim or its renewal is the cell's heartbeat.
@@ -204,37 +199,45 @@ impl Board {
                 Outcome::Failed { .. } => "failed",
             },
         );
-        let mut entry = json!({
-            "task_id": task.id(),
-            "summary": one_line(&task.summary, TEXT_CHARS),
-            "severity": task.severity.as_str(),
-        });
-        let group = match standing(&verdicts) {
-            Standing::Closed { verdict } => {
-                entry["verdict"] = verdict.kind.line().into();
-                entry["fix_commit"] = verdict.fix_commit.clone().into();
-                entry["closed_by"] = who(&verdict);
-                entry["closed_at"] = rfc3339_ms(verdict.created_ms).into();
-                "closed"
-            }
-            Standing::Pending { verdict } => {
-                entry["awaiting"] = verdict.kind.line().into();
-                entry["fix_commit"] = verdict.fix_commit.clone().into();
-                entry["fix_branch"] = verdict.fix_branch.clone().into();
-                entry["by"] = who(&verdict);
-                "pending"
-            }
-            Standing::Parked { verdict } => {
-                entry["reason"] = walk::parked_reason(&verdict).into();
-                entry["parked_by"] = who(&verdict);
-                entry["parked_at"] = rfc3339_ms(verdict.created_ms).into();
-                "parked"
-            }
+        let base = BoardTask {
+            task_id: task.id().to_string(),
+            summary: one_line(&task.summary, TEXT_CHARS),
+            severity: task.severity.as_str().to_string(),
+        };
+        let name = one_line(
+            task.repo.as_deref().unwrap_or("(no repository)"),
+            TEXT_CHARS,
+        );
+        let repo = self
+            .repos
+            .entry(name)
+            .or_insert_with_key(|name| BoardRepository::new(name.as_str()));
+        match standing(&verdicts) {
+            Standing::Closed { verdict } => repo.closed.push(ClosedTask {
+                task: base,
+                verdict: verdict.kind.line(),
+                fix_commit: verdict.fix_commit.clone(),
+                closed_by: who(&verdict),
+                closed_at: Some(rfc3339_ms(verdict.created_ms)),
+            }),
+            Standing::Pending { verdict } => repo.pending.push(PendingTask {
+                task: base,
+                awaiting: verdict.kind.line(),
+                fix_commit: verdict.fix_commit.clone(),
+                fix_branch: verdict.fix_branch.clone(),
+                by: who(&verdict),
+            }),
+            Standing::Parked { verdict } => repo.parked.push(ParkedTask {
+                task: base,
+                reason: walk::parked_reason(&verdict),
+                parked_by: who(&verdict),
+                parked_at: rfc3339_ms(verdict.created_ms),
+            }),
             Standing::Open => match (&walk.outcome, held, walk.spans.last()) {
-                (Outcome::Failed { error }, _, _) => {
-                    entry["reason"] = one_line(error, TEXT_CHARS).into();
-                    "withdrawn"
-                }
+                (Outcome::Failed { error }, _, _) => repo.withdrawn.push(WithdrawnTask {
+                    task: base,
+                    reason: one_line(error, TEXT_CHARS),
+                }),
                 (_, Some(h), _) => {
                     // Holding is shown for open work only: a claim outlives the fix it led to.
                     let cell = self
@@ -242,78 +245,62 @@ impl Board {
                         .entry(one_line(&h.holder, TEXT_CHARS))
                         .or_default();
                     cell.1.push(task.id().to_string());
-                    entry["holder"] = one_line(&h.holder, TEXT_CHARS).into();
-                    entry["until"] = rfc3339_ms(h.until_ms).into();
-                    entry["lapsed"] = (h.until_ms < now_ms).into();
-                    "claimed"
+                    repo.claimed.push(ClaimedTask {
+                        task: base,
+                        holder: one_line(&h.holder, TEXT_CHARS),
+                        until: rfc3339_ms(h.until_ms),
+                        lapsed: h.until_ms < now_ms,
+                    });
                 }
                 // Nobody holds it, but the last claim ran out rather than being given back:
                 // shown as claimed and lapsed, since it is the stuck work an operator asks about.
                 (_, None, Some(span)) if matches!(span.ending, Ending::Lapsed { .. }) => {
-                    entry["holder"] = span.holder.clone().into();
-                    entry["until"] = rfc3339_ms(span.until_ms).into();
-                    entry["lapsed"] = true.into();
-                    "claimed"
+                    repo.claimed.push(ClaimedTask {
+                        task: base,
+                        holder: span.holder.clone(),
+                        until: rfc3339_ms(span.until_ms),
+                        lapsed: true,
+                    });
                 }
-                _ if !task.status.is_open() => {
-                    entry["verdict"] = format!("status {}", task.status).into();
-                    entry["fix_commit"] = Value::Null;
-                    entry["closed_by"] = task.recorded_by.clone().into();
-                    "closed"
-                }
-                _ => "open",
+                // Closed by its status alone: no closing verdict, so no time it closed.
+                _ if !task.status.is_open() => repo.closed.push(ClosedTask {
+                    task: base,
+                    verdict: format!("status {}", task.status),
+                    fix_commit: None,
+                    closed_by: task.recorded_by.clone(),
+                    closed_at: None,
+                }),
+                _ => repo.open.push(base),
             },
-        };
-        let repo = task.repo.as_deref().unwrap_or("(no repository)");
-        self.repos
-            .entry(one_line(repo, TEXT_CHARS))
-            .or_default()
-            .entry(group)
-            .or_default()
-            .push(entry);
-    }
-
-    fn repositories(&self) -> Vec<Value> {
-        self.repos
-            .iter()
-            .map(|(repo, groups)| {
-                let mut r = json!({ "repository": repo });
-                for g in GROUPS {
-                    r[g] = groups.get(g).cloned().unwrap_or_default().into();
-                }
-                r
-            })
-            .collect()
+        }
     }
 
     /// The cells, the latest heartbeat first.
-    fn cells(&self) -> Vec<Value> {
+    fn cells(&self) -> Vec<BoardCell> {
         let mut cells: Vec<_> = self.cells.iter().collect();
         cells.sort_by_key(|(id, (beat, _))| (std::cmp::Reverse(*beat), *id));
         cells
             .into_iter()
-            .map(|(id, (beat, holding))| {
-                json!({
-                    "vessel_id": id,
-                    "last_heartbeat": (*beat > 0).then(|| rfc3339_ms(*beat)),
-                    "holding": holding,
-                })
+            .map(|(id, (beat, holding))| BoardCell {
+                vessel_id: id.clone(),
+                last_heartbeat: (*beat > 0).then(|| rfc3339_ms(*beat)),
+                holding: holding.clone(),
             })
             .collect()
     }
 
     /// The newest dispatches and their task's state as its walk derives it here.
-    fn goals(&self, conn: Sql<'_>, org: &str) -> Result<Vec<Value>, ApiError> {
+    fn goals(&self, conn: Sql<'_>, org: &str) -> Result<Vec<BoardGoal>, ApiError> {
         Ok(store::newest_dispatches(conn, org, BOARD_GOALS)?
             .into_iter()
             .map(|d| {
                 let state = self.states.get(&d.task_id).copied();
-                json!({
-                    "dispatch_id": d.id,
-                    "goal": one_line(&d.goal, TEXT_CHARS),
-                    "task_id": d.task_id,
-                    "state": state.unwrap_or("not on the board"),
-                })
+                BoardGoal {
+                    dispatch_id: d.id,
+                    goal: one_line(&d.goal, TEXT_CHARS),
+                    state: state.unwrap_or("not on the board").to_string(),
+                    task_id: d.task_id,
+                }
             })
             .collect())
     }
