@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{RawRate, Res};
+use super::Res;
+use super::writes::RawRate;
 
 #[allow(
     dead_code,

@@ -4,7 +4,7 @@
 //! accepted when `git check-ref-format --branch` run outside any repository would accept it,
 //! and when it also passes two rules of ours: no leading `-` and at most [`MAX_REF_LEN`] bytes.
 //! The git rules are re-implemented here (the binary never shells out to git for its own
-//! decisions); `tests/refs.rs` holds them to the real git CLI over a generated corpus.
+//! decisions); `tests/refs/refname.rs` holds them to the real git CLI over a generated corpus.
 
 /// The longest `ref:` accepted, in bytes of its UTF-8 encoding. Bytes rather than characters
 /// because the limits that bite further down (file names under `.git/refs/`, path buffers)

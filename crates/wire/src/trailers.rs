@@ -5,7 +5,7 @@
 //! trailers, so the parse must agree with git's own: a line git does not call a trailer must
 //! not close anything. The steps below follow git's trailer.c and pretty.c (where the message
 //! starts, where it ends, the start of the trailer block, continuation lines), and
-//! `tests/refs.rs` holds them to the real git CLI over a generated corpus.
+//! `tests/refs/trailers.rs` holds them to the real git CLI over a generated corpus.
 //!
 //! This is deliberately not what `git interpret-trailers --parse` does with the same text:
 //! that command reads a message being written or an email, where a `---` line starts the

@@ -1,0 +1,165 @@
+//! The bench's command line: the options every mode reads, the claim paths and the stores.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{Res, USAGE};
+
+pub struct Opts {
+    pub clients: Vec<usize>,
+    pub cells: Vec<usize>,
+    pub seconds: f64,
+    pub pullers: Vec<usize>,
+    pub tasks: usize,
+    pub paths: Vec<ClaimPath>,
+    pub stores: Vec<Store>,
+    pub deadline: Duration,
+    pub run_deadline: Option<Duration>,
+    pub dir: Option<PathBuf>,
+}
+
+impl Opts {
+    pub fn parse(args: &[String]) -> Res<Opts> {
+        let mut o = Opts {
+            clients: vec![1, 8, 32, 128],
+            // Each mode's own default when not given (see `cells_or`).
+            cells: Vec::new(),
+            seconds: 5.0,
+            pullers: vec![1, 32],
+            tasks: 50,
+            paths: vec![ClaimPath::Take, ClaimPath::ReadBack],
+            stores: vec![Store::Sqlite],
+            deadline: Duration::from_secs(600),
+            run_deadline: None,
+            dir: None,
+        };
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let value = it
+                .next()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+            let bad = |what: &str| format!("{flag} {value}: {what}\n{USAGE}");
+            match flag.as_str() {
+                "--clients" => o.clients = counts(value).ok_or_else(|| bad("counts >= 1"))?,
+                "--pullers" => o.pullers = counts(value).ok_or_else(|| bad("counts >= 1"))?,
+                "--cells" => o.cells = counts(value).ok_or_else(|| bad("counts >= 1"))?,
+                "--seconds" => {
+                    o.seconds = value
+                        .parse()
+                        .ok()
+                        .filter(|s: &f64| *s > 0.0 && *s <= 3600.0)
+                        .ok_or_else(|| bad("seconds in (0, 3600]"))?
+                }
+                "--tasks" => {
+                    o.tasks = value
+                        .parse()
+                        .ok()
+                        .filter(|t| (1..=10_000).contains(t))
+                        .ok_or_else(|| bad("1 to 10000"))?
+                }
+                "--paths" => {
+                    o.paths = value
+                        .split(',')
+                        .map(|p| match p {
+                            "take" => Some(ClaimPath::Take),
+                            "read_back" => Some(ClaimPath::ReadBack),
+                            _ => None,
+                        })
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| bad("take and/or read_back"))?
+                }
+                "--store" => {
+                    o.stores = value
+                        .split(',')
+                        .map(Store::parse)
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| bad("sqlite and/or pg1 to pg8"))?
+                }
+                "--deadline" => {
+                    o.deadline = value
+                        .parse()
+                        .ok()
+                        .filter(|s| *s > 0)
+                        .map(Duration::from_secs)
+                        .ok_or_else(|| bad("whole seconds > 0"))?
+                }
+                "--run-deadline" => {
+                    o.run_deadline = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|s| *s > 0)
+                            .map(Duration::from_secs)
+                            .ok_or_else(|| bad("whole seconds > 0"))?,
+                    )
+                }
+                "--dir" => o.dir = Some(PathBuf::from(value)),
+                _ => return Err(format!("unknown option {flag}\n{USAGE}")),
+            }
+        }
+        Ok(o)
+    }
+}
+
+impl Opts {
+    pub fn cells_or(&self, default: &[usize]) -> Vec<usize> {
+        if self.cells.is_empty() {
+            default.to_vec()
+        } else {
+            self.cells.clone()
+        }
+    }
+}
+
+/// A comma-separated list of counts, each 1 to 1024 (more processes or sockets than that is a
+/// typo on this machine, not a measurement).
+fn counts(s: &str) -> Option<Vec<usize>> {
+    s.split(',')
+        .map(|n| n.trim().parse().ok().filter(|n| (1..=1024).contains(n)))
+        .collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ClaimPath {
+    Take,
+    ReadBack,
+}
+
+impl ClaimPath {
+    /// As `task pull --json` names it in `claim_path`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimPath::Take => "take",
+            ClaimPath::ReadBack => "read_back",
+        }
+    }
+}
+
+/// Which store a ledger run is on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// One `ledger serve --data DIR`.
+    Sqlite,
+    /// `replicas` `ledger serve --store URL` processes over one PostgreSQL database.
+    Pg { replicas: usize },
+}
+
+impl Store {
+    pub fn parse(s: &str) -> Option<Store> {
+        match s.trim() {
+            "sqlite" => Some(Store::Sqlite),
+            pg => pg
+                .strip_prefix("pg")
+                .and_then(|n| n.parse().ok())
+                .filter(|n| (1..=8).contains(n))
+                .map(|replicas| Store::Pg { replicas }),
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Store::Sqlite => "sqlite".into(),
+            Store::Pg { replicas } => format!("pg{replicas}"),
+        }
+    }
+}
