@@ -1,4 +1,9 @@
-//! First-class cell modules: the integration policy, ref validation, task pull, finding close.
+//! metabob-cell: what a cell does. The integration policy and trust list, task pull, finding
+//! close and record, renew/release/reopen, the fix location, and the client's reads and writes
+//! of ledger rows (`ledger`).
+//!
+//! Must not depend on: the ledger server, the MCP server, rmcp or PostgreSQL: it reaches a
+//! ledger only through metabob-net's attachment (tests/layers.rs holds this).
 
 pub mod finding_close;
 pub mod fix_location;

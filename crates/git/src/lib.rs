@@ -1,4 +1,7 @@
-//! Git reads, clone and fetch, all through gix (no `git` process, no libgit2).
+//! metabob-git: git reads, clone and fetch, all through gix (no `git` process, no libgit2).
+//!
+//! Must not depend on: the ledger, the cell, the MCP surface; it uses metabob-net only for the
+//! smart-HTTP transport's trust and proxy.
 //!
 //! Everything the cells decide from git state — what a range holds, whether a fix is merged,
 //! which remote branches hold a commit, where the fix is — reads through [`Repo`], so there is

@@ -1,4 +1,8 @@
-//! Local tier: an in-process code graph of one workspace, built with tree-sitter, never the network.
+//! metabob-index: the local tier, an in-process code graph of one workspace, built with
+//! tree-sitter.
+//!
+//! Must not depend on: the network stack (metabob-net, hyper, reqwest, rustls), a ledger store
+//! or MCP (tests/layers.rs holds this); only metabob-wire of ours.
 //!
 //! Public surface:
 //! - `Index::new(root)`; `run(&mut self, &IndexOptions, budget) -> Result<RunReport, IndexError>`

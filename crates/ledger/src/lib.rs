@@ -1,6 +1,10 @@
-//! The embedded ledger (see SPEC.md §The embedded ledger): discovery, identity and concept-db in
-//! one process over one store: a SQLite file by default, or a PostgreSQL database that any
-//! number of replicas share (`db::Location`).
+//! metabob-ledger, the embedded ledger (see SPEC.md §The embedded ledger): discovery, identity
+//! and concept-db in one process over one store: a SQLite file by default, or a PostgreSQL
+//! database that any number of replicas share (`db::Location`).
+//!
+//! Must not depend on: rmcp, tree-sitter, gix, the index, the cell or the MCP server; it shares
+//! only metabob-wire (the vocabulary) and metabob-net (configuration, the connection server)
+//! with the client side (tests/layers.rs holds this).
 //!
 //! `serve` binds, opens the store, runs the first start, prints the one stdout line and serves
 //! until SIGINT/SIGTERM. The key commands (`keys`) open the same store directly.
@@ -8,7 +12,7 @@
 //! No single request can stall the ledger: a search is bounded in size and words
 //! (`concepts::check_query`), reads share a pool of connections (`db::Db`), every request's
 //! database work has a time budget that stops it (`db::Budget`), and a connection that sits
-//! idle or sends half a request is closed (`http`). The limits are in [`Limits`].
+//! idle or sends half a request is closed (`metabob_net::serve`). The limits are in [`Limits`].
 
 pub mod board;
 pub mod concepts;

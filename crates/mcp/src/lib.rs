@@ -1,5 +1,10 @@
-//! The MCP server (SPEC.md §The MCP server): its stdio surface, the workspace it works on, the tool
-//! registry and the call log. Tools adapt; the ledger, index, git and store modules decide.
+//! metabob-mcp-server: the MCP server (SPEC.md §The MCP server): its stdio and HTTP surfaces,
+//! the workspace it works on, the tool registry and the call log, the loopback resolver, the
+//! local findings store and the agent queue. Tools adapt; the cell, wire, index and git crates
+//! decide.
+//!
+//! Must not depend on: the ledger server or PostgreSQL: it reaches a ledger only over HTTP
+//! (tests/layers.rs holds this).
 
 pub mod agent_queue;
 pub mod calllog;

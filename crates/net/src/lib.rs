@@ -1,5 +1,9 @@
-//! The one HTTP path every substrate request takes (see SPEC.md §Network): proxy selection
-//! from the environment, trust, budgets and retries, and the named causes a failure carries.
+//! metabob-net: the one HTTP path every substrate request takes (see SPEC.md §Network): proxy
+//! selection from the environment, trust, budgets and retries, and the named causes a failure
+//! carries; configuration lookup (`config`), the attachment to a ledger (`attachment`), and the
+//! connection server every HTTP server here runs on (`serve`).
+//!
+//! Must not depend on: any crate of ours but metabob-wire; no store, no git, no MCP.
 
 pub mod attachment;
 mod cause;
