@@ -2,11 +2,9 @@
 //! non-interactive: the whole loop on one machine with no Docker must end with three tasks
 //! closed on the board.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{Output, TestEnv, bin, layout, wait_until};
+use crate::support::{Output, TestEnv, bin, layout};
 
 /// Long enough for a loaded CI machine; the script itself takes seconds.
 const BOUND: Duration = Duration::from_secs(120);
@@ -14,40 +12,16 @@ const BOUND: Duration = Duration::from_secs(120);
 /// Runs the script in its own process group, so a run past `BOUND` is stopped whole: TERM lets
 /// its trap stop the ledger and the cells, KILL follows.
 fn run_quickstart(env: &TestEnv) -> Output {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/quickstart.sh");
-    let (out, err) = (env.path("quickstart.out"), env.path("quickstart.err"));
-    let mut child = Command::new("bash")
-        .arg(script)
+    let mut script = env.program("bash");
+    script
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/quickstart.sh"
+        ))
         .args(["--listen", "127.0.0.1:0"])
-        .env_clear()
-        .envs(env.vars.iter().map(|(k, v)| (k, v)))
         .env("METABOB_BIN", bin())
-        .env("QUICKSTART_EXIT", "1")
-        .current_dir(env.cwd())
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .process_group(0)
-        .spawn()
-        .expect("bash runs scripts/quickstart.sh");
-    let mut status = None;
-    let ended = wait_until(BOUND, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if !ended {
-        let group = format!("-{}", child.id());
-        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
-        std::thread::sleep(Duration::from_secs(2));
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-        let _ = child.wait();
-    }
-    let read = |p| std::fs::read_to_string(p).unwrap_or_default();
-    let output = Output {
-        code: status.and_then(|s| s.code()).unwrap_or(-1),
-        stdout: read(&out),
-        stderr: read(&err),
-    };
+        .env("QUICKSTART_EXIT", "1");
+    let (output, _, ended) = env.run_in_own_group(script, "quickstart", BOUND);
     assert!(ended, "quickstart ran past {BOUND:?}:\n{}", layout(&output));
     output
 }

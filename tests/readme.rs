@@ -3,8 +3,6 @@
 //! with `sh -eu`, each on a fresh hermetic machine in an empty directory with the built binary
 //! first on PATH, and must exit 0 within a bound.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{Output, TestEnv, layout, wait_until};
@@ -141,55 +139,9 @@ fn run(block: &Block) -> (Output, Duration, bool) {
     env.set("PATH", format!("{}:{path}", bin.display()));
     let script = env.path("block.sh");
     std::fs::write(&script, &block.script).unwrap();
-    let (out, err) = (env.path("block.out"), env.path("block.err"));
-
-    let start = Instant::now();
-    let mut child = Command::new("sh")
-        .arg("-eu")
-        .arg(&script)
-        .env_clear()
-        .envs(env.vars.iter().map(|(k, v)| (k, v)))
-        .current_dir(env.cwd())
-        .stdin(Stdio::null())
-        // Files, not pipes: a background ledger holding a pipe open would keep a reader waiting.
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .process_group(0)
-        .spawn()
-        .expect("sh runs the block");
-    let mut status = None;
-    let ended = wait_until(BOUND, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    let took = start.elapsed();
-    let group = format!("-{}", child.id());
-    let alive = || {
-        Command::new("kill")
-            .args(["-0", "--", &group])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    // TERM first: the ledger drains and exits 0 on it, as a newcomer's Ctrl-C would end it.
-    let _ = Command::new("kill")
-        .args(["-TERM", "--", &group])
-        .stderr(Stdio::null())
-        .status();
-    if !wait_until(Duration::from_secs(5), || !alive()) {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &group])
-            .stderr(Stdio::null())
-            .status();
-    }
-    let _ = child.wait();
-    let read = |p| std::fs::read_to_string(p).unwrap_or_default();
-    let output = Output {
-        code: status.and_then(|s| s.code()).unwrap_or(-1),
-        stdout: read(&out),
-        stderr: read(&err),
-    };
-    (output, took, ended)
+    let mut sh = env.program("sh");
+    sh.arg("-eu").arg(&script);
+    env.run_in_own_group(sh, "block", BOUND)
 }
 
 #[test]

@@ -33,7 +33,11 @@ pub fn bin() -> &'static Path {
 
 /// The binary with exactly `vars`, run in `cwd`, stdin null: TestEnv's hermetic environment.
 fn hermetic(vars: &[(String, String)], cwd: &Path) -> Command {
-    let mut c = Command::new(bin());
+    hermetic_program(bin().as_os_str(), vars, cwd)
+}
+
+fn hermetic_program(program: &std::ffi::OsStr, vars: &[(String, String)], cwd: &Path) -> Command {
+    let mut c = Command::new(program);
     c.env_clear()
         .envs(vars.iter().map(|(k, v)| (k, v)))
         .current_dir(cwd)
@@ -138,6 +142,63 @@ impl TestEnv {
         let mut c = hermetic(&self.vars, &self.cwd());
         c.args(args);
         c
+    }
+
+    /// Another program (a shell, a script) with exactly this environment, run in the test's cwd.
+    pub fn program(&self, program: &str) -> Command {
+        hermetic_program(program.as_ref(), &self.vars, &self.cwd())
+    }
+
+    /// Runs `cmd` in a process group of its own for at most `bound`, its output in the files
+    /// `name.out` and `name.err` (files, not pipes: a background child holding a pipe open would
+    /// keep a reader waiting). Then the whole group gets TERM, and KILL 5 s later, whatever the
+    /// outcome, so nothing it started in the background outlives it. Returns the output, how long
+    /// it ran, and whether it ended within `bound`.
+    pub fn run_in_own_group(
+        &self,
+        mut cmd: Command,
+        name: &str,
+        bound: Duration,
+    ) -> (Output, Duration, bool) {
+        use std::os::unix::process::CommandExt;
+        let (out, err) = (
+            self.path(&format!("{name}.out")),
+            self.path(&format!("{name}.err")),
+        );
+        let start = Instant::now();
+        let mut child = cmd
+            .stdout(std::fs::File::create(&out).expect("create the stdout file"))
+            .stderr(std::fs::File::create(&err).expect("create the stderr file"))
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
+        let mut status = None;
+        let ended = wait_until(bound, || {
+            status = child.try_wait().expect("poll the child");
+            status.is_some()
+        });
+        let took = start.elapsed();
+        let group = format!("-{}", child.id());
+        let signal = |sig: &str| {
+            Command::new("kill")
+                .args([sig, "--", &group])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        // TERM first: a ledger drains and exits 0 on it, as a newcomer's Ctrl-C would end it.
+        signal("-TERM");
+        if !wait_until(Duration::from_secs(5), || !signal("-0")) {
+            signal("-KILL");
+        }
+        let _ = child.wait();
+        let read = |p| std::fs::read_to_string(p).unwrap_or_default();
+        let output = Output {
+            code: status.and_then(|s| s.code()).unwrap_or(-1),
+            stdout: read(&out),
+            stderr: read(&err),
+        };
+        (output, took, ended)
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
