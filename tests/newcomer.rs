@@ -353,3 +353,34 @@ fn fleet_sh_uses_the_compose_plugin_first_and_the_standalone_compose_otherwise()
     );
     assert!(!calls.contains(" run "), "{calls}");
 }
+
+#[test]
+fn ledger_serve_help_names_every_limit_variable_with_its_default() {
+    let env = TestEnv::new();
+    let out = env.run(&["ledger", "serve", "--help"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    for (var, default) in [
+        (
+            metabob_ledger::REQUEST_BUDGET_VAR,
+            metabob_ledger::DEFAULT_REQUEST_BUDGET_MS.to_string(),
+        ),
+        (
+            metabob_ledger::IDLE_TIMEOUT_VAR,
+            metabob_ledger::DEFAULT_IDLE_TIMEOUT_MS.to_string(),
+        ),
+        (
+            metabob_ledger::READERS_VAR,
+            metabob_ledger::DEFAULT_READERS.to_string(),
+        ),
+        (
+            metabob_ledger::DRAIN_VAR,
+            metabob_ledger::DEFAULT_DRAIN_MS.to_string(),
+        ),
+    ] {
+        assert!(
+            out.stdout.contains(&format!("{var}={default} ")),
+            "{var}: {}",
+            out.stdout
+        );
+    }
+}

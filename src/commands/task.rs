@@ -215,6 +215,7 @@ async fn list(a: ListArgs, mut env: Env) -> CliResult {
                 "task list: the ledger's taskBoard answer does not read as a board: {}",
                 metabob_wire::util::one_line(&e.to_string(), 200)
             ))
+            .hint("--json prints the answer as it came; check that --ledger names a metabob ledger")
         })?;
         metabob_wire::out!("{}", board_text(&board));
     }
