@@ -108,8 +108,20 @@ fn oversized_and_malformed_rows_are_named_once_and_the_rest_is_read() {
     }
     crate::support::seen(&env, &[&good]);
     let out = env.task_pull(&origin, "c", &[]);
-    // The critical rows would have come first; each is named once and the good task is pulled.
+    // The critical rows would have come first; the take never hands them out (the ledger's
+    // index holds no row that does not read), and the good task is pulled.
     insta::assert_snapshot!("hostile_finding_rows_task_pull", snapshot(&out, &env));
+    // A reader of the window, in the clone the pull made, names each bad row once.
+    let mut env = env;
+    env.set("WORKSPACE_PATH", env.path("c/work").display().to_string());
+    let out = env.run(&["tool", "call", "get_problems", "--args", "{}"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains(&good), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("skipped 4 finding row(s) that fail validation"),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -355,7 +355,8 @@ fn a_task_past_the_cells_recall_window_is_still_taken_and_a_parked_one_only_once
     let out = w.env.task_pull(&w.url, "c1", &["--json"]);
     assert_eq!(out.code, 5, "{out:?}");
     let report: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(report["recall_truncated"], true);
+    // The take path reads no window: the ledger chose from its open-task index.
+    assert_eq!(report["recall_truncated"], false);
     assert_eq!(report["claim_path"], "take");
     let parked = [("bad ref".to_string(), "parked".to_string())];
     assert_eq!(outcomes(&report), parked, "{report}");
@@ -374,4 +375,103 @@ fn a_task_past_the_cells_recall_window_is_still_taken_and_a_parked_one_only_once
     fill_window(&w, 1200);
     let out = w.env.task_pull(&w.url, "c1", &["--json"]);
     assert_eq!(out.code, 3, "{out:?}");
+}
+
+/// Records a finding that is no task on `file` of the world's repository; its finding id.
+fn record_finding(w: &World, file: &str, summary: &str) -> String {
+    let out = w.env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &w.url,
+        "--file",
+        file,
+        "--summary",
+        summary,
+        "--severity",
+        "LOW",
+        "--category",
+        "style",
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    v["finding_ids"][0].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_pull_on_the_take_path_lists_the_open_findings_on_its_files_from_past_the_window() {
+    let w = world(&[]);
+    record_finding(&w, "a.py", "still open on a");
+    let discarded = record_finding(&w, "a.py", "discarded on a");
+    record_finding(&w, "b.py", "open on another file");
+    let verdict = format!(
+        "reviewed_by: t\nsession: s\nverdict: discarded\nfinding_ids: {discarded}\nreason: noise\n"
+    );
+    let (status, v) = w.ledger.resolve(
+        &w.key,
+        json!({"type": "concept_create_write", "conceptData": {
+            "shape": "finding_verdict", "source_type": "metabob_annotation",
+            "summary": "[verdict:discarded] noise", "content": verdict}}),
+    );
+    assert_eq!(status, 201, "{v}");
+    w.tasks(1);
+    // Everything above is now past the recall window: a pull that filtered the window would
+    // list nothing.
+    fill_window(&w, 1200);
+
+    let out = w.env.task_pull(&w.url, "c1", &["--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let context = std::fs::read_to_string(w.env.path("c1/task/context.md")).unwrap();
+    assert!(
+        context.contains("## Open findings on these files (1)\n"),
+        "{context}"
+    );
+    assert!(context.contains("still open on a"), "{context}");
+    assert!(!context.contains("discarded on a"), "{context}");
+    assert!(!context.contains("open on another file"), "{context}");
+    assert!(!context.contains("filler"), "{context}");
+}
+
+#[test]
+fn findings_on_files_is_bounded_and_answers_only_the_keys_org() {
+    let w = world(&[]);
+    record_finding(&w, "a.py", "ours on a");
+    let identity = w.env.record_task(&w.url, "the task", "HIGH")["repository"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, other) = w.ledger.create_key(&w.env, "other-org", "read,write");
+    let ask = |key: &str, files: Value| {
+        w.ledger.resolve(
+            key,
+            json!({"type": "findingsOnFiles", "repository": identity, "files": files}),
+        )
+    };
+    let (status, v) = ask(&w.key, json!(["a.py"]));
+    assert_eq!(status, 200, "{v}");
+    let summaries: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["summary"].as_str().unwrap())
+        .collect();
+    // The task itself is no related finding.
+    assert_eq!(summaries, ["[LOW][style] app: ours on a"], "{v}");
+    let (status, v) = ask(&other, json!(["a.py"]));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["findings"], json!([]), "another org sees none of it: {v}");
+    for (files, says) in [
+        (json!([]), "files: required, 1 to 64 file names"),
+        (
+            json!((0..65).map(|i| format!("f{i}")).collect::<Vec<_>>()),
+            "files: required, 1 to 64 file names",
+        ),
+        (json!(["x".repeat(3000)]), "each at most 2048 bytes"),
+        (json!("a.py"), "files: must be an array of strings"),
+    ] {
+        let (status, v) = ask(&w.key, files);
+        assert_eq!(status, 400, "{v}");
+        assert!(v.to_string().contains(says), "{v}");
+    }
 }

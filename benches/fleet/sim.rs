@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metabob_cell::ledger::claims::{ClaimAction, ClaimOutcome, claim_finding};
-use metabob_cell::ledger::recall;
 use metabob_cell::ledger::verdict::{self, NewVerdict, VerdictKind, VerdictOrigin};
 use metabob_cell::task_pull::{CandidateOutcome, ClaimPath, Claimer, PullStatus, classify};
 use metabob_net::attachment::Attachment;
@@ -236,7 +235,7 @@ impl Cell<'_> {
             };
             let began = Instant::now();
             let path = ClaimPath::offered(att).await;
-            let view = match recall::recall_with(att, aliases, path.joins()).await {
+            let view = match path.recall(att, aliases).await {
                 Ok(v) => v,
                 Err(e) => {
                     drop(turn);
@@ -245,9 +244,17 @@ impl Cell<'_> {
                     continue;
                 }
             };
-            let tasks = classify(&view, &me, now_ms());
-            let mut claimer =
-                Claimer::start(att, &tasks, path, (repository, aliases), &me, &session, 60);
+            let tasks = view.as_ref().map(|v| classify(v, &me, now_ms()));
+            let truncated = view.as_ref().is_some_and(|v| v.findings_truncated);
+            let mut claimer = Claimer::start(
+                att,
+                tasks.as_ref(),
+                path,
+                (repository, aliases),
+                &me,
+                &session,
+                60,
+            );
             let next = claimer.next().await;
             let pulled = began.elapsed();
             drop(turn);
@@ -261,7 +268,7 @@ impl Cell<'_> {
             lock(shared).lost_claims += lost;
             let (task, _held) = match next {
                 Ok(Some(got)) => got,
-                Ok(None) => match claimer.report(&tasks, view.findings_truncated).status {
+                Ok(None) => match claimer.report(truncated).status {
                     PullStatus::TryLater => {
                         lock(shared).try_later += 1;
                         let jitter = u64::from(metabob_wire::util::random_u16()) % 100;

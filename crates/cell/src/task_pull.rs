@@ -12,6 +12,7 @@ use super::policy::{CONVENTION_SHAPE, Convention};
 use super::task_file::TaskFile;
 use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
 use crate::ledger::recall::{self, LedgerView, Recalled};
+use crate::ledger::related;
 use crate::ledger::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
 use crate::ledger::verdict::{Standing, failed_by};
 use metabob_net::attachment::{Attachment, ResolveError, vessel_id};
@@ -124,6 +125,7 @@ pub struct PullReport {
     pub failed: Option<TaskFailure>,
     pub candidates: Vec<Candidate>,
     /// The ledger's window was full: older tasks may exist past it and were not considered.
+    /// Only the read-back path reads the window; on the take path this is always false.
     pub recall_truncated: bool,
     /// How the claim was decided: `take` when the ledger advertises the atomic take, else
     /// `read_back` (SPEC.md §Claim paths).
@@ -151,12 +153,17 @@ impl ClaimPath {
         }
     }
 
-    /// What the pull's recall must join: on the take, the ledger weighs every task again, so
-    /// the verdicts past the window are not read.
-    pub fn joins(self) -> recall::Joins {
+    /// What this path reads before it claims (anchor: ClaimPath::recall): the read-back path
+    /// weighs every candidate itself, so it reads the recall window; the take asks the ledger
+    /// for a task directly and reads nothing, so its cost does not grow with the ledger.
+    pub async fn recall(
+        self,
+        att: &Attachment,
+        aliases: &Aliases,
+    ) -> Result<Option<LedgerView>, ResolveError> {
         match self {
-            ClaimPath::Take => recall::Joins::WindowOnly,
-            ClaimPath::ReadBack => recall::Joins::Linked,
+            ClaimPath::Take => Ok(None),
+            ClaimPath::ReadBack => recall::recall(att, aliases).await.map(Some),
         }
     }
 }
@@ -232,12 +239,13 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
     let repository = identity_of_origin(&opts.origin);
     let aliases = vessel_aliases(&repository);
     let path = ClaimPath::offered(&att).await;
-    let view = recall::recall_with(&att, &aliases, path.joins()).await?;
-    let tasks = classify(&view, &me, now_ms());
+    let view = path.recall(&att, &aliases).await?;
+    let tasks = view.as_ref().map(|v| classify(v, &me, now_ms()));
+    let truncated = view.as_ref().is_some_and(|v| v.findings_truncated);
     let conventions = read_conventions(&att, &repository).await?;
     let mut claimer = Claimer::start(
         &att,
-        &tasks,
+        tasks.as_ref(),
         path,
         (&repository, &aliases),
         &me,
@@ -251,14 +259,21 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         me: &me,
         session: &session,
         repository: &repository,
-        view: &view,
     };
     if let Some((r, held)) = claimer.next().await? {
+        // A briefing without its related findings is still a task to do: the read's failure is
+        // written into context.md, never as zero findings.
+        let related = match &view {
+            Some(view) => Ok(related::in_view(view, &r)),
+            None => related::on_files(&att, &aliases, &r)
+                .await
+                .map_err(|e| e.to_string()),
+        };
         // One task a pull: a task that fails ends the pull with its own status, so the
         // entrypoint sees every failure and can tell a poison queue from a broken cell.
-        let failed = match pull.set_up(&r, &held, &conventions).await? {
+        let failed = match pull.set_up(&r, &held, &conventions, &related).await? {
             SetUp::Done(task) => {
-                let mut report = claimer.report(&tasks, view.findings_truncated);
+                let mut report = claimer.report(truncated);
                 report.status = PullStatus::Pulled;
                 report.task = Some(*task);
                 return Ok(report);
@@ -273,14 +288,14 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
                 None
             }
         };
-        let mut report = claimer.report(&tasks, view.findings_truncated);
+        let mut report = claimer.report(truncated);
         if failed.is_some() {
             report.status = PullStatus::TaskFailed;
             report.failed = failed;
         }
         return Ok(report);
     }
-    Ok(claimer.report(&tasks, view.findings_truncated))
+    Ok(claimer.report(truncated))
 }
 
 /// The claim step of a pull (anchor: Claimer): takes the candidates of a classified recall in
@@ -300,6 +315,8 @@ pub struct Claimer<'a> {
     tried: usize,
     /// The take has nothing more to offer.
     exhausted: bool,
+    /// Open tasks seen: those classified, and those a take named as held by others.
+    open_seen: usize,
     /// Tasks handed out so far: a later take never hands them out again.
     handed: Vec<String>,
     candidates: Vec<Candidate>,
@@ -307,10 +324,11 @@ pub struct Claimer<'a> {
 }
 
 impl<'a> Claimer<'a> {
-    /// A claimer on `path` over the classified tasks; notes the tasks others hold.
+    /// A claimer on `path` over the classified tasks, if a recall was read (on the take path
+    /// none is: the ledger chooses); notes the tasks others hold.
     pub fn start(
         att: &'a Attachment,
-        tasks: &Classified<'a>,
+        tasks: Option<&Classified<'a>>,
         path: ClaimPath,
         (repository, aliases): (&'a str, &'a Aliases),
         me: &'a str,
@@ -325,14 +343,15 @@ impl<'a> Claimer<'a> {
             session,
             minutes,
             path,
-            order: tasks.to_claim().collect(),
+            order: tasks.map(|t| t.to_claim().collect()).unwrap_or_default(),
             tried: 0,
             exhausted: false,
+            open_seen: tasks.map_or(0, Classified::open),
             handed: Vec::new(),
             candidates: Vec::new(),
             retry_at: None,
         };
-        for (r, h) in &tasks.held {
+        for (r, h) in tasks.iter().flat_map(|t| &t.held) {
             c.note(
                 &r.finding,
                 CandidateOutcome::Claim(ClaimWord::Held),
@@ -361,8 +380,8 @@ impl<'a> Claimer<'a> {
     }
 
     /// The atomic take: the ledger claims the first candidate nobody else holds, or with the
-    /// last candidates, the first of the repository's other open tasks (those past this cell's
-    /// recall window), and names the candidates it passed over.
+    /// last candidates (or none), the first of the repository's other open tasks, and names the
+    /// candidates it passed over and, when it took nothing, the tasks others hold.
     async fn by_take(&mut self) -> Result<Option<(Recalled, Held)>, CellError> {
         while !self.exhausted {
             let left = self.order.len() - self.tried;
@@ -396,6 +415,11 @@ impl<'a> Claimer<'a> {
                     };
                     self.note(&ask[i].finding, outcome, held);
                 }
+            }
+            self.open_seen += take.waiting.len();
+            for w in &take.waiting {
+                let waits = CandidateOutcome::Claim(ClaimWord::Held);
+                self.note_task(&w.task_id, &w.concept_id, &w.summary, waits, Some(&w.held));
             }
             let Some(taken) = take.taken else {
                 self.tried += n;
@@ -476,14 +500,25 @@ impl<'a> Claimer<'a> {
 
     /// Lists a candidate; a task someone holds is worth looking at again when their claim ends.
     fn note(&mut self, f: &Finding, outcome: CandidateOutcome, held: Option<&Held>) {
+        self.note_task(f.id(), &f.concept_id, &f.summary, outcome, held);
+    }
+
+    fn note_task(
+        &mut self,
+        task_id: &str,
+        concept_id: &str,
+        summary: &str,
+        outcome: CandidateOutcome,
+        held: Option<&Held>,
+    ) {
         if outcome.may_come_free() {
             let at = held.map_or(now_ms() + UNSETTLED_RETRY_MS, claims::lapses_at);
             self.retry_at = Some(self.retry_at.map_or(at, |t| t.min(at)));
         }
         self.candidates.push(Candidate {
-            task_id: f.id().to_string(),
-            concept_id: f.concept_id.clone(),
-            summary: f.summary.clone(),
+            task_id: task_id.to_string(),
+            concept_id: concept_id.to_string(),
+            summary: summary.to_string(),
             outcome,
             detail: held.map(held_line),
         });
@@ -506,7 +541,7 @@ impl<'a> Claimer<'a> {
     /// The report so far. Nothing pulled: tasks others hold, whose claim did not settle, or
     /// given back while the origin was away can still come free (try later); a parked task or
     /// one closed meanwhile cannot.
-    pub fn report(self, tasks: &Classified<'_>, recall_truncated: bool) -> PullReport {
+    pub fn report(self, recall_truncated: bool) -> PullReport {
         let mut report = PullReport {
             status: PullStatus::NothingOpen,
             task: None,
@@ -517,13 +552,13 @@ impl<'a> Claimer<'a> {
             recall_truncated,
             claim_path: self.path,
         };
-        // A task given back while the origin was away may be one the take found past the
-        // recall, which `tasks` does not count.
+        // A task given back while the origin was away may be one the take found itself, which
+        // no count of open tasks holds.
         let origin_away = report
             .candidates
             .iter()
             .any(|c| c.outcome == CandidateOutcome::Withdrawn);
-        if (tasks.open() > 0 || origin_away)
+        if (self.open_seen > 0 || origin_away)
             && report.candidates.iter().any(|c| c.outcome.may_come_free())
         {
             let at = self.retry_at.unwrap_or(now_ms() + UNSETTLED_RETRY_MS);

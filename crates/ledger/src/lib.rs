@@ -23,6 +23,7 @@ pub mod goals;
 pub mod input;
 pub mod keys;
 pub mod open_tasks;
+pub mod related;
 pub mod resolve;
 pub mod routes;
 pub mod sql;

@@ -37,6 +37,10 @@ CREATE TABLE IF NOT EXISTS open_tasks (
 CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
 "#;
 
+/// Version 5: the task's summary, so a take can name the tasks it found held without reading
+/// them.
+pub const SCHEMA_V5: &str = "ALTER TABLE open_tasks ADD COLUMN summary TEXT NOT NULL DEFAULT '';\n";
+
 /// The most open tasks one take looks through, oldest first: far more than a fleet keeps open,
 /// and a bound on a take's work whatever an org wrote.
 pub const MAX_SCANNED: i64 = 10_000;
@@ -46,19 +50,18 @@ pub const MAX_SCANNED: i64 = 10_000;
 /// every task it names out once the task's rows no longer stand open. Claim rows change nothing.
 pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiError> {
     match concept.get("shape").and_then(Value::as_str) {
-        // Only a task can join; most findings are not tasks, and a word is cheaper to look for
-        // than a whole row to read.
-        Some(FINDING_SHAPE) if mentions_task(concept) => {
-            if let Ok(Some(f)) = Finding::read(concept)
-                && f.is_task()
-                && f.status.is_open()
-            {
+        Some(FINDING_SHAPE) => {
+            let Ok(Some(f)) = Finding::read(concept) else {
+                return Ok(());
+            };
+            crate::related::on_insert(conn, org, concept, &f)?;
+            if f.is_task() && f.status.is_open() {
                 let seq = concept.get("seq").and_then(Value::as_i64).unwrap_or(0);
-                // What ordering and the repository test need, kept beside the id so that a take
-                // weighs every open task without reading one row.
+                // What ordering, the repository test and a take's report need, kept beside the
+                // id so that a take weighs every open task without reading one row.
                 conn.execute(
-                    "INSERT INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                    "INSERT INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files, summary)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
                     args![
                         org,
                         &f.concept_id,
@@ -67,6 +70,7 @@ pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiErr
                         f.severity.as_str(),
                         f.repo.as_deref().unwrap_or_default(),
                         serde_json::to_string(&f.files).unwrap_or_default(),
+                        &f.summary,
                     ],
                 )?;
             }
@@ -81,19 +85,6 @@ pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiErr
         _ => {}
     }
     Ok(())
-}
-
-/// Whether a finding could be a task: the word appears in its content or summary, wherever
-/// [`Finding::read`] takes the category from (any case). The cheap test before the full read;
-/// it never says no to a task.
-fn mentions_task(concept: &Value) -> bool {
-    ["content", "summary"].iter().any(|k| {
-        concept.get(*k).and_then(Value::as_str).is_some_and(|t| {
-            t.as_bytes()
-                .windows(4)
-                .any(|w| w.eq_ignore_ascii_case(b"task"))
-        })
-    })
 }
 
 /// The indexed tasks a verdict names by id.
@@ -192,26 +183,57 @@ pub struct OpenTask {
     pub severity: Severity,
     pub repo: String,
     pub files: Vec<String>,
+    pub summary: String,
+    /// The claim the index last saw holding it, live or not: the reader applies the clock.
+    pub held: Option<Held>,
 }
 
 /// The org's indexed open tasks, oldest first; at most [`MAX_SCANNED`]. No concept is read.
 pub fn open(conn: Sql<'_>, org: &str) -> Result<Vec<OpenTask>, ApiError> {
     conn.query(
-        "SELECT concept_id, task_id, severity, repo, files FROM open_tasks
+        "SELECT concept_id, task_id, severity, repo, files, summary,
+                holder, held_since, held_until, held_claim FROM open_tasks
            WHERE org_id = ?1 ORDER BY seq LIMIT ?2",
         args![org, MAX_SCANNED],
         |r| {
             let severity: String = r.get(2)?;
             let files: String = r.get(4)?;
+            let held = match r.get::<Option<String>>(6)? {
+                Some(holder) => Some(Held {
+                    holder,
+                    began_ms: r.get(7)?,
+                    until_ms: r.get(8)?,
+                    concept_id: r.get(9)?,
+                }),
+                None => None,
+            };
             Ok(OpenTask {
                 concept_id: r.get(0)?,
                 task_id: r.get(1)?,
                 severity: severity.parse().unwrap_or(Severity::Info),
                 repo: r.get(3)?,
                 files: serde_json::from_str(&files).unwrap_or_default(),
+                summary: r.get(5)?,
+                held,
             })
         },
     )
+}
+
+/// Fills the summaries of tasks indexed before version 5.
+pub fn backfill_summaries(conn: Sql<'_>) -> Result<(), ApiError> {
+    let rows = conn.query("SELECT org_id, concept_id FROM open_tasks", &[], |r| {
+        Ok((r.get::<String>(0)?, r.get::<String>(1)?))
+    })?;
+    for (org, id) in rows {
+        if let Ok(Some(f)) = Finding::read(&load_concept(conn, &org, &id)?) {
+            conn.execute(
+                "UPDATE open_tasks SET summary = ?3 WHERE org_id = ?1 AND concept_id = ?2",
+                args![&org, &id, &f.summary],
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Builds the index from what the file already holds: run once, when the schema gains it.

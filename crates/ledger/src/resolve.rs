@@ -145,8 +145,12 @@ const OWN_WRITES: &[&str] = &[
 fn read_pointer(body: &[u8]) -> Result<(Map<String, Value>, String), ApiError> {
     let body: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("body: not JSON ({e})")))?;
-    let pointer: Map<String, Value> = match body.get("pointer") {
-        Some(Value::Object(m)) => m.clone(),
+    // Taken out of the body, not copied: a write's pointer is most of its bytes.
+    let pointer: Map<String, Value> = match body {
+        Value::Object(mut b) => match b.remove("pointer") {
+            Some(Value::Object(m)) => m,
+            _ => return Err(ApiError::bad("pointer: required object")),
+        },
         _ => return Err(ApiError::bad("pointer: required object")),
     };
     let shape = Fields::new(&pointer, "")
@@ -210,6 +214,13 @@ pub async fn dispatch(
         }
         "conceptSequence" => {
             let req = Sequence::parse(&p)?;
+            ok(ledger
+                .db
+                .read(&key.org_id, budget, move |c| req.run(c, &org))
+                .await?)
+        }
+        metabob_wire::related::RELATED_SHAPE => {
+            let req = super::related::RelatedRequest::parse(&p)?;
             ok(ledger
                 .db
                 .read(&key.org_id, budget, move |c| req.run(c, &org))

@@ -24,6 +24,9 @@ use metabob_wire::verdict::{Standing, Verdict, failed_by, link_pointer, standing
 const MAX_NAME_CHARS: usize = 512;
 /// The longest repository identity a take accepts, as the board's origin.
 const MAX_REPOSITORY_BYTES: usize = 2048;
+/// The most tasks held by others a take that claimed nothing names, those whose claims end
+/// first.
+const MAX_WAITING: usize = 50;
 
 pub struct TakeRequest {
     candidates: Vec<String>,
@@ -109,8 +112,8 @@ impl TakeRequest {
     }
 
     /// Claims the first candidate nobody else holds, in the candidates' order, then the
-    /// repository's other open tasks in this claimer's own order, and names the ones passed
-    /// over before it (anchor: run-take). Runs inside one write: what it read cannot change
+    /// repository's other open tasks (one this claimer holds first, then in its own order),
+    /// and names the ones passed over before it (anchor: run-take). Runs inside one write: what it read cannot change
     /// before its claim is written.
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick()?;
@@ -130,14 +133,39 @@ impl TakeRequest {
                 Look::Busy => passed.push(json!({ "concept_id": id, "outcome": "busy" })),
             }
         }
-        // Read only once the named ones are taken: most takes never get here. What is passed
-        // over here the caller never saw, so it is not reported.
-        for id in self.rest_of_repository(w.sql(), org)? {
-            if let Look::Free { task, rows, renew } = self.look(w.sql(), org, &id, now)? {
-                return self.take(w, org, &id, (task, rows, renew), now, passed);
+        // Read only once the named ones are taken. What is passed over here the caller never
+        // saw: only the tasks others hold are reported, as `waiting`, so a caller that named
+        // nothing still learns when to look again.
+        let mut waiting: Vec<(open_tasks::OpenTask, Held)> = Vec::new();
+        for t in self.rest_of_repository(w.sql(), org, now)? {
+            // The index's holder, live now, is the holder rule's answer: no row is read.
+            if let Some(h) = t.held.clone().filter(|h| now < claims::lapses_at(h))
+                && h.holder != self.vessel
+            {
+                waiting.push((t, h));
+                continue;
+            }
+            match self.weigh(w.sql(), org, &t.concept_id, now)? {
+                Look::Free { task, rows, renew } => {
+                    return self.take(w, org, &t.concept_id, (task, rows, renew), now, passed);
+                }
+                Look::Held(h) => waiting.push((t, h)),
+                Look::Closed | Look::FailedHere | Look::Busy => {}
             }
         }
-        Ok(json!({ "taken": null, "passed": passed }))
+        // The claims that end first are the ones worth naming.
+        waiting.sort_by_key(|(_, h)| claims::lapses_at(h));
+        let waiting: Vec<Value> = waiting
+            .into_iter()
+            .take(MAX_WAITING)
+            .map(|(t, h)| {
+                json!({
+                    "concept_id": t.concept_id, "task_id": t.task_id, "summary": t.summary,
+                    "held": h,
+                })
+            })
+            .collect();
+        Ok(json!({ "taken": null, "passed": passed, "waiting": waiting }))
     }
 
     /// Claims the free task `id` and answers the take.
@@ -165,7 +193,12 @@ impl TakeRequest {
 
     /// The repository's open tasks the caller did not name, from the open-task index: most
     /// severe first, then in this claimer's own order, as `task pull` orders what it sees.
-    fn rest_of_repository(&self, conn: Sql<'_>, org: &str) -> Result<Vec<String>, ApiError> {
+    fn rest_of_repository(
+        &self,
+        conn: Sql<'_>,
+        org: &str,
+        now: i64,
+    ) -> Result<Vec<open_tasks::OpenTask>, ApiError> {
         let Some(repository) = &self.repository else {
             return Ok(Vec::new());
         };
@@ -178,13 +211,19 @@ impl TakeRequest {
                     && aliases.belongs(&t.repo, &t.files)
             })
             .collect();
+        // A task this claimer holds comes first, so a restarted cell resumes its own work.
         rest.sort_by_cached_key(|t| {
+            let mine = t
+                .held
+                .as_ref()
+                .is_some_and(|h| h.holder == self.vessel && now < claims::lapses_at(h));
             (
+                !mine,
                 t.severity,
                 std::cmp::Reverse(claims::rendezvous(&self.vessel, &t.task_id)),
             )
         });
-        Ok(rest.into_iter().map(|f| f.concept_id).collect())
+        Ok(rest)
     }
 
     fn look(&self, conn: Sql<'_>, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
@@ -200,6 +239,11 @@ impl TakeRequest {
         {
             return Ok(Look::Held(h));
         }
+        self.weigh(conn, org, id, now)
+    }
+
+    /// Weighs an indexed task by its rows: the holder rule, its standing and who failed it.
+    fn weigh(&self, conn: Sql<'_>, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
         let concept = match load_concept(conn, org, id) {
             Ok(c) => c,
             Err(ApiError::ConceptNotFound(_)) => return Ok(Look::Closed),

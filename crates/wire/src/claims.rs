@@ -333,11 +333,22 @@ pub struct Taken {
 }
 
 /// A take's answer: the task claimed for us, and the candidates passed over before it, in
-/// order, with why.
+/// order, with why; when nothing was taken, the repository's tasks others hold.
 #[derive(Clone, Debug, Default)]
 pub struct Take {
     pub taken: Option<Taken>,
     pub passed: Vec<(String, Passed)>,
+    pub waiting: Vec<Waiting>,
+}
+
+/// One of the repository's open tasks another claimer holds, named by a take that claimed
+/// nothing: those whose claims end first.
+#[derive(Clone, Debug)]
+pub struct Waiting {
+    pub concept_id: String,
+    pub task_id: String,
+    pub summary: String,
+    pub held: Held,
 }
 
 /// What a take asks for: candidates in order; with a repository, that repository's other open

@@ -24,6 +24,7 @@ pub mod out;
 pub mod parking;
 pub mod record;
 pub mod refname;
+pub mod related;
 pub mod repo_identity;
 pub mod row;
 pub mod shapes;

@@ -42,6 +42,7 @@ pub const LEDGER_SHAPES: &[&str] = &[
     "goal_verification_label_write",
     "taskBoard",
     "taskTake_write",
+    "findingsOnFiles",
 ];
 
 #[cfg(test)]

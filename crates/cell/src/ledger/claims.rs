@@ -252,6 +252,15 @@ pub async fn take(
     })
 }
 
+/// A field of a take's answer that must be one short line of text.
+fn one_line(v: &serde_json::Value, k: &str) -> Result<String, String> {
+    v.get(k)
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.is_empty() && s.chars().count() <= MAX_HOLDER_CHARS && !s.contains('\n'))
+        .map(str::to_owned)
+        .ok_or(format!("{k}: not one line of text"))
+}
+
 fn read_take(body: &serde_json::Value, asked: &[&str], me: &str) -> Result<Take, String> {
     use serde_json::Value;
     let held = |v: &Value| -> Result<Held, String> {
@@ -262,15 +271,7 @@ fn read_take(body: &serde_json::Value, asked: &[&str], me: &str) -> Result<Take,
                 .filter(|t| (0..=metabob_wire::row::MAX_TIME_MS).contains(t))
                 .ok_or(format!("held.{k}: not a time"))
         };
-        let text = |k: &str| {
-            h.get(k)
-                .and_then(Value::as_str)
-                .filter(|s| {
-                    !s.is_empty() && s.chars().count() <= MAX_HOLDER_CHARS && !s.contains('\n')
-                })
-                .map(str::to_owned)
-                .ok_or(format!("held.{k}: not a name"))
-        };
+        let text = |k: &str| one_line(h, k).map_err(|_| format!("held.{k}: not a name"));
         Ok(Held {
             holder: text("holder")?,
             began_ms: time("began_ms")?,
@@ -295,6 +296,19 @@ fn read_take(body: &serde_json::Value, asked: &[&str], me: &str) -> Result<Take,
             _ => Passed::Closed,
         };
         out.passed.push((id.to_string(), why));
+    }
+    let waiting = match body.get("waiting") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Array(w)) => w.as_slice(),
+        Some(_) => return Err("waiting: not a list".into()),
+    };
+    for w in waiting.iter().take(MAX_TAKE_CANDIDATES) {
+        out.waiting.push(Waiting {
+            concept_id: one_line(w, "concept_id")?,
+            task_id: one_line(w, "task_id")?,
+            summary: one_line(w, "summary").unwrap_or_default(),
+            held: held(w)?,
+        });
     }
     match body.get("taken") {
         None | Some(Value::Null) => {}

@@ -6,6 +6,7 @@ pub mod claims;
 pub mod parking;
 pub mod recall;
 pub mod record;
+pub mod related;
 pub mod repo_identity;
 pub mod verdict;
 

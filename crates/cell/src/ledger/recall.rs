@@ -123,26 +123,6 @@ impl LedgerView {
 /// Recalls this repository's findings and their verdicts (anchor: recall). `aliases` decides
 /// whether a finding is this repository's and maps its files as this checkout names them.
 pub async fn recall(att: &Attachment, aliases: &Aliases) -> Result<LedgerView, ResolveError> {
-    recall_with(att, aliases, Joins::Linked).await
-}
-
-/// Whether a recall whose verdict window was full also reads the verdicts linked to its
-/// findings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Joins {
-    /// Up to 50 findings' linked verdicts are joined: what a reader that decides alone needs.
-    Linked,
-    /// The window only: for a reader whose every decision the ledger makes again (the atomic
-    /// take), for which the joins would be up to 50 requests per pull that change nothing.
-    WindowOnly,
-}
-
-/// [`recall`], saying whether past-the-window verdicts are joined (anchor: recall_with).
-pub async fn recall_with(
-    att: &Attachment,
-    aliases: &Aliases,
-    joins: Joins,
-) -> Result<LedgerView, ResolveError> {
     let findings = read_window(att, FINDING_SHAPE).await?;
     let verdicts = read_window(att, VERDICT_SHAPE).await?;
     let mut view = LedgerView {
@@ -158,7 +138,7 @@ pub async fn recall_with(
         findings_truncated: findings.truncated,
         verdicts_truncated: verdicts.truncated,
     };
-    if view.verdicts_truncated && joins == Joins::Linked {
+    if view.verdicts_truncated {
         let concepts: Vec<String> = view
             .findings
             .iter()

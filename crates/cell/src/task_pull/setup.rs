@@ -8,8 +8,8 @@ use super::{PullOptions, TaskFailure, withdraw};
 use crate::CellError;
 use crate::ledger::claims::Held;
 use crate::ledger::parking::{self, Parked};
-use crate::ledger::recall::{LedgerView, Recalled};
-use crate::ledger::verdict::Standing;
+use crate::ledger::recall::Recalled;
+use crate::ledger::related::Related;
 use crate::policy::{self, Convention, Policy, TrustList};
 use crate::task_file::{TaskClaim, TaskFile, TaskPolicy};
 use metabob_net::attachment::Attachment;
@@ -28,7 +28,6 @@ pub(super) struct Pull<'a> {
     pub(super) me: &'a str,
     pub(super) session: &'a str,
     pub(super) repository: &'a str,
-    pub(super) view: &'a LedgerView,
 }
 
 /// What setting up a held task came to.
@@ -60,6 +59,7 @@ impl Pull<'_> {
         r: &Recalled,
         held: &Held,
         conventions: &[Convention],
+        related: &Result<Related, String>,
     ) -> Result<SetUp, CellError> {
         let f = &r.finding;
         // Past the claim: every failure withdraws it, so one bad task never blocks the fleet
@@ -87,7 +87,7 @@ impl Pull<'_> {
             session: self.session,
             reference,
         };
-        let failure = match setup.run(self.opts, r, self.view).await {
+        let failure = match setup.run(self.opts, r, related).await {
             Ok(task) => return Ok(SetUp::Done(Box::new(task))),
             Err(failure) => failure,
         };
@@ -170,7 +170,7 @@ impl Setup<'_> {
         self,
         opts: &PullOptions,
         r: &Recalled,
-        view: &LedgerView,
+        related: &Result<Related, String>,
     ) -> Result<TaskFile, SetupFailure> {
         let (origin, work, progress) = (opts.origin.clone(), opts.work_dir.clone(), opts.progress);
         let net = self.net.clone();
@@ -230,7 +230,7 @@ impl Setup<'_> {
         };
         task.write(&opts.task_dir.join("task.json"))
             .map_err(SetupFailure::Cell)?;
-        let context = context_md(r, view, policy, &task);
+        let context = context_md(r, related, policy, &task);
         let path = opts.task_dir.join("context.md");
         write_atomic(&path, context.as_bytes(), None)
             .map_err(|e| SetupFailure::Cell(format!("writing {}: {e}", path.display())))?;
@@ -240,7 +240,12 @@ impl Setup<'_> {
 
 /// The harness's briefing: details, policy, open non-task findings on the task's files, and the
 /// task as recorded.
-fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &TaskFile) -> String {
+fn context_md(
+    r: &Recalled,
+    related: &Result<Related, String>,
+    policy: &Policy,
+    task: &TaskFile,
+) -> String {
     use std::fmt::Write as _;
     let f = &r.finding;
     let mut s = String::new();
@@ -274,14 +279,20 @@ fn context_md(r: &Recalled, view: &LedgerView, policy: &Policy, task: &TaskFile)
         task.policy.target,
         f.id()
     );
-    let related: Vec<&Recalled> = view
-        .findings
-        .iter()
-        .filter(|o| !o.finding.is_task() && matches!(view.standing(&o.finding), Standing::Open))
-        .filter(|o| o.files.iter().any(|x| r.files.contains(x)))
-        .collect();
-    let _ = writeln!(s, "## Open findings on these files ({})\n", related.len());
-    for o in related {
+    let empty = Related::default();
+    let related = match related {
+        Ok(related) => {
+            let more = if related.truncated { " or more" } else { "" };
+            let n = related.findings.len();
+            let _ = writeln!(s, "## Open findings on these files ({n}{more})\n");
+            related
+        }
+        Err(why) => {
+            let _ = writeln!(s, "## Open findings on these files (not read: {why})\n");
+            &empty
+        }
+    };
+    for o in &related.findings {
         let _ = writeln!(
             s,
             "- [{}][{}] {} — {} ({})",

@@ -7,7 +7,7 @@ use crate::errors::ApiError;
 use crate::sql::{Dialect, Sql, args, pg_ddl};
 
 /// Bumped with every schema change; `migrate` brings older files forward.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 // anchor: schema
 /// The first version's tables, in SQLite's words; PostgreSQL's are derived from them
@@ -106,21 +106,24 @@ CREATE INDEX concepts_fts ON concepts USING GIN (fts);
 
 /// The schema steps, one per version; each runs once, in order, inside the migration's
 /// transaction.
-fn schema_steps(dialect: Dialect) -> [String; 4] {
+fn schema_steps(dialect: Dialect) -> [String; 5] {
     let tables = [TABLES_V1, crate::goals::SCHEMA, crate::open_tasks::SCHEMA];
     let rank = crate::concepts::rank_index_ddl();
+    let files = format!("{}{}", crate::related::SCHEMA, crate::open_tasks::SCHEMA_V5);
     match dialect {
         Dialect::Sqlite => [
             format!("{TABLES_V1}{FTS_V1}"),
             tables[1].into(),
             tables[2].into(),
             rank,
+            files,
         ],
         Dialect::Postgres => [
             format!("{}{PG_FTS_V1}", pg_ddl(TABLES_V1)),
             pg_ddl(tables[1]),
             pg_ddl(tables[2]),
             rank,
+            pg_ddl(&files),
         ],
     }
 }
@@ -150,10 +153,16 @@ pub(super) fn migrate_sql(sql: Sql<'_>) -> Result<(), ApiError> {
             if version < step_version {
                 sql.execute_batch(step)?;
             }
-            // Version 3 indexes the rows already there.
-            if version < 3 && step_version == 3 {
-                crate::open_tasks::backfill(sql)?;
-            }
+        }
+        // The indexes of versions 3 and 5 are built from the rows already there, once every
+        // column they fill exists.
+        if version < 3 {
+            crate::open_tasks::backfill(sql)?;
+        } else if version < 5 {
+            crate::open_tasks::backfill_summaries(sql)?;
+        }
+        if version < 5 {
+            crate::related::backfill(sql)?;
         }
         match sql.dialect() {
             Dialect::Sqlite => sql.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")),
@@ -230,5 +239,48 @@ mod tests {
             plan,
             ["SEARCH c USING INDEX concepts_by_rank (org_id=? AND shape=?)"]
         );
+    }
+
+    #[test]
+    fn a_version_4_file_gains_the_file_index_and_the_task_summaries_from_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        {
+            let conn = Connection::open(&path).unwrap();
+            for step in &schema_steps(Dialect::Sqlite)[..4] {
+                conn.execute_batch(step).unwrap();
+            }
+            let content = "repo: example.test/o/app\nfiles: ./Src/A.py, b.py\nseverity: HIGH\n\
+                           category: task\nstatus: open\nfinding_ids: agf_0123456789abcdef\n\n";
+            conn.execute_batch(&format!(
+                "INSERT INTO orgs VALUES ('org_a', 'a', 0);
+                 INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer,
+                                       priority, created_at, updated_at)
+                   VALUES ('concept_t', 'org_a', 'code_finding', 'metabob_annotation',
+                           '[HIGH][task] a.py: the step', '{content}', '{{}}', 0.5, 0, 0);
+                 INSERT INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files)
+                   VALUES ('org_a', 'concept_t', 1, 'agf_0123456789abcdef', 'HIGH',
+                           'example.test/o/app', '[]');
+                 PRAGMA user_version = 4;"
+            ))
+            .unwrap();
+        }
+        let conn = open_connection(dir.path()).unwrap();
+        let sql = Sql::Lite(&conn);
+        let keys: Vec<String> = sql
+            .query(
+                "SELECT file_key FROM finding_files WHERE concept_id = 'concept_t' ORDER BY 1",
+                &[],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(keys, ["b.py", "src/a.py"]);
+        let summary: String = sql
+            .value(
+                "SELECT summary FROM open_tasks WHERE concept_id = 'concept_t'",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(summary, "the step");
     }
 }

@@ -57,6 +57,8 @@ pub const ESCAPE_HATCH_READS: &[&str] = &[
     "goalWalkState",
     // the embedded ledger's board of tasks (SPEC.md §The board)
     "taskBoard",
+    // the embedded ledger's open findings on a task's files (SPEC.md §Related findings)
+    "findingsOnFiles",
     // spend, leases and policies, read only
     "llmSpendSummary",
     "maintenanceLease",
