@@ -5,6 +5,7 @@
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- writes [--clients 1,8,32,128] [--seconds 5] [--store sqlite,pg1,pg2]
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- race [--pullers 1,32] [--tasks 50] [--paths take,read_back]
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS]
+//!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- history [--findings 0,3000,30000] [--tasks 30] [--paths take,read_back] [--store sqlite,pg2] [--bin PATH]
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- soak --seconds 600 [--cells 4] [--tasks 8] [--store sqlite,pg2] --deadline 1800
 //! Common options: `--deadline SECS` (hard bound on the mode's wall time, default 600) and
 //! `--dir DIR` (where the temp dir goes, default the system temp dir: the raw SQLite file and
@@ -14,7 +15,9 @@
 //! replicas over one fresh database of a PostgreSQL cluster the bench starts in a temp dir
 //! beside its own (same filesystem), with the load split between them. `--run-deadline SECS`
 //! (fleet) bounds each simulation on its own as well, so one slow store cannot eat the others'
-//! time. `soak` runs the chaos soak (tests/support/soak/, whose minute-long run is in the
+//! time. `history` times the same pulls on ledgers holding more and more findings of the
+//! repository; `--bin` runs ledgers and pulls with another build's binary (a baseline), so two
+//! builds are compared in one run. `soak` runs the chaos soak (tests/support/soak/, whose minute-long run is in the
 //! test suite) for `--seconds` of chaos on each store and fails when an invariant broke.
 //!
 //! Prints Markdown tables for docs/benchmarks.md on stdout; progress goes to stderr.
@@ -33,6 +36,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::timeout;
 
+#[path = "fleet/history.rs"]
+mod history;
 #[path = "fleet/opts.rs"]
 mod opts;
 #[path = "fleet/pg.rs"]
@@ -80,7 +85,8 @@ fn main() -> ExitCode {
 const USAGE: &str = "usage: fleet writes [--clients 1,8,32,128] [--seconds 5] [--store sqlite,pg1,pg2] [--deadline 600] [--dir DIR]\n       \
                      fleet race [--pullers 1,32] [--tasks 50] [--paths take,read_back] [--deadline 600] [--dir DIR]\n       \
                      fleet fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS] [--deadline 600] [--dir DIR]\n       \
-                     fleet soak [--seconds 600] [--cells 4] [--tasks 8] [--store sqlite,pg2] [--deadline 1800] [--dir DIR]";
+                     fleet soak [--seconds 600] [--cells 4] [--tasks 8] [--store sqlite,pg2] [--deadline 1800] [--dir DIR]\n       \
+                     fleet history [--findings 0,3000,30000] [--tasks 30] [--paths take,read_back] [--store sqlite,pg2] [--bin PATH] [--deadline 600] [--dir DIR]";
 
 fn run() -> Res<()> {
     // `cargo bench` appends `--bench` to a harness-less target's arguments.
@@ -101,7 +107,7 @@ fn run() -> Res<()> {
         .tempdir_in(&parent)
         .map_err(|e| format!("temp dir: {e}"))?;
     // Only the modes that take --store start a cluster, and only when a pg store is named.
-    let pg = if matches!(mode.as_str(), "writes" | "fleet" | "soak")
+    let pg = if matches!(mode.as_str(), "writes" | "fleet" | "soak" | "history")
         && opts.stores.iter().any(|s| matches!(s, Store::Pg { .. }))
     {
         eprintln!(
@@ -112,7 +118,7 @@ fn run() -> Res<()> {
     } else {
         None
     };
-    let bench = Bench::new(root.path(), pg)?;
+    let bench = Bench::new(root.path(), pg, opts.bin.clone())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -127,6 +133,7 @@ fn run() -> Res<()> {
                 "writes" => writes(&bench, &opts, deadline).await,
                 "race" => race(&bench, &opts, deadline).await,
                 "fleet" => fleet(&bench, &opts, deadline).await,
+                "history" => history::history(&bench, &opts, deadline).await,
                 "soak" => soak_mode(&bench, &opts, deadline),
                 _ => Err(USAGE.into()),
             }
@@ -146,6 +153,8 @@ fn run() -> Res<()> {
 /// PostgreSQL cluster when a pg store was asked for.
 struct Bench {
     root: PathBuf,
+    /// The binary every ledger and `task pull` runs: this build's, or `--bin` (a baseline).
+    bin: PathBuf,
     path_var: String,
     gitconfig: PathBuf,
     runs: AtomicUsize,
@@ -155,6 +164,7 @@ struct Bench {
 /// One run's own HOME (so each fresh ledger writes its own config.json, which the CLI commands
 /// of that run then attach through), cwd and ledger data dir.
 struct Home {
+    bin: PathBuf,
     dir: PathBuf,
     home: PathBuf,
     cwd: PathBuf,
@@ -163,7 +173,7 @@ struct Home {
 }
 
 impl Bench {
-    fn new(root: &Path, pg: Option<pg::Cluster>) -> Res<Bench> {
+    fn new(root: &Path, pg: Option<pg::Cluster>, bin: Option<PathBuf>) -> Res<Bench> {
         let gitconfig = root.join("gitconfig");
         write(
             &gitconfig,
@@ -171,6 +181,7 @@ impl Bench {
         )?;
         Ok(Bench {
             root: root.to_path_buf(),
+            bin: bin.unwrap_or_else(|| PathBuf::from(BIN)),
             path_var: std::env::var("PATH").unwrap_or_default(),
             gitconfig,
             runs: AtomicUsize::new(0),
@@ -204,6 +215,7 @@ impl Bench {
             ("RUST_LOG".into(), "error".into()),
         ];
         Ok(Home {
+            bin: self.bin.clone(),
             data: dir.join("ledger"),
             dir,
             home,
@@ -217,6 +229,12 @@ impl Home {
     /// The `ledger serve` / `ledger key` arguments that put the ledger in this run's data dir.
     fn sqlite_args(&self) -> Vec<String> {
         vec!["--data".into(), self.data.display().to_string()]
+    }
+
+    /// The run's binary (`ledger serve`, `task pull`, …) with `args`.
+    fn bin_cmd(&self, args: &[&str]) -> tokio::process::Command {
+        let bin = self.bin.display().to_string();
+        self.cmd(&bin, args)
     }
 
     fn cmd(&self, program: &str, args: &[&str]) -> tokio::process::Command {
@@ -276,7 +294,7 @@ impl Ledger {
         args.extend(store.iter().map(String::as_str));
         args.extend_from_slice(&["--listen", "127.0.0.1:0"]);
         args.extend_from_slice(extra);
-        let mut cmd = h.cmd(BIN, &args);
+        let mut cmd = h.bin_cmd(&args);
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
         let mut child = cmd.spawn().map_err(|e| format!("ledger serve: {e}"))?;
         let stdout = child.stdout.take().ok_or("ledger serve: no stdout pipe")?;
@@ -447,6 +465,7 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
     );
     println!("{lead_rule}|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut notes = Vec::new();
+    let mut rates: Vec<(String, ClaimPath, usize, f64)> = Vec::new();
     for &path in &opts.paths {
         for n in opts.cells_or(&[1, 8, 32, 128, 1000]) {
             // Stores inside: the stores of one size run back to back, so a disturbance on the
@@ -487,6 +506,12 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
                 drop(ledgers);
                 r.pull_times.sort();
                 let errors: usize = r.errors.values().sum();
+                let rate = if r.secs > 0.0 {
+                    r.closed as f64 / r.secs
+                } else {
+                    0.0
+                };
+                rates.push((store.name(), path, n, rate));
                 let lead = if show_store {
                     format!("| {} ", store.name())
                 } else {
@@ -499,11 +524,7 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
                     r.doubles,
                     r.left_open,
                     r.secs,
-                    if r.secs > 0.0 {
-                        r.closed as f64 / r.secs
-                    } else {
-                        0.0
-                    },
+                    rate,
                     r.lost_claims,
                     r.try_later,
                     ms(quantile_ms(&r.pull_times, 0.5)),
@@ -521,7 +542,32 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
     for note in notes {
         println!("{note}");
     }
+    scaling(&rates);
     Ok(())
+}
+
+/// Each run's settle rate against the 32-cell run of the same store and path (the fleet's
+/// scaling, which a flat pull keeps near 1), and each store's against SQLite's.
+fn scaling(rates: &[(String, ClaimPath, usize, f64)]) {
+    let rate = |store: &str, path: ClaimPath, n: usize| {
+        rates
+            .iter()
+            .find(|r| r.0 == store && r.1 == path && r.2 == n)
+            .map(|r| r.3)
+            .filter(|r| *r > 0.0)
+    };
+    let ratio = |a: f64, b: Option<f64>| b.map_or("-".into(), |b| format!("{:.2}", a / b));
+    println!();
+    println!("| store | path | cells | settle rate / 32-cell rate | / SQLite's rate, same cells |");
+    println!("|---|---|---|---|---|");
+    for (store, path, n, r) in rates {
+        println!(
+            "| {store} | {} | {n} | {} | {} |",
+            path.as_str(),
+            ratio(*r, rate(store, *path, 32)),
+            ratio(*r, rate("sqlite", *path, *n)),
+        );
+    }
 }
 
 /// The chaos soak on each store: the first `--cells` count (default 4), `--tasks` to start
@@ -546,7 +592,7 @@ fn soak_mode(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         let root = h.dir.join("soak");
         std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
         let plan = soak::Plan {
-            bin: PathBuf::from(BIN),
+            bin: bench.bin.clone(),
             repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
             root,
             vars: h.vars.clone(),

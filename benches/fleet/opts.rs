@@ -16,6 +16,10 @@ pub struct Opts {
     pub deadline: Duration,
     pub run_deadline: Option<Duration>,
     pub dir: Option<PathBuf>,
+    /// `history`: how many findings of the repository the ledger holds before the pulls.
+    pub findings: Vec<usize>,
+    /// Ledgers and pulls run this binary instead of this build's (a baseline build).
+    pub bin: Option<PathBuf>,
 }
 
 impl Opts {
@@ -32,6 +36,8 @@ impl Opts {
             deadline: Duration::from_secs(600),
             run_deadline: None,
             dir: None,
+            findings: vec![0, 3000, 30_000],
+            bin: None,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -94,6 +100,14 @@ impl Opts {
                     )
                 }
                 "--dir" => o.dir = Some(PathBuf::from(value)),
+                "--bin" => o.bin = Some(PathBuf::from(value)),
+                "--findings" => {
+                    o.findings = value
+                        .split(',')
+                        .map(|n| n.trim().parse().ok().filter(|n| *n <= 1_000_000))
+                        .collect::<Option<Vec<usize>>>()
+                        .ok_or_else(|| bad("counts from 0 to 1000000"))?
+                }
                 _ => return Err(format!("unknown option {flag}\n{USAGE}")),
             }
         }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{
-    BIN, Bench, ClaimPath, Errors, Home, Ledger, Opts, PULL_LIMIT, Res, ms, output, quantile_ms,
+    Bench, ClaimPath, Errors, Home, Ledger, Opts, PULL_LIMIT, Res, ms, output, quantile_ms,
     step, write,
 };
 
@@ -111,7 +111,7 @@ pub async fn race(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
 
 /// A bare repository with one commit holding a.py, as a file:// URL (the tests' `origin()`).
 /// Pulls only read it, and every run has its own ledger, so all runs share it.
-async fn make_origin(bench: &Bench) -> Res<String> {
+pub(super) async fn make_origin(bench: &Bench) -> Res<String> {
     let h = bench.fresh("origin")?;
     let seed = h.dir.join("seed");
     std::fs::create_dir_all(&seed).map_err(|e| format!("{}: {e}", seed.display()))?;
@@ -187,8 +187,7 @@ async fn race_once(
     for i in 0..tasks {
         let summary = format!("step {i}");
         step(
-            h.cmd(
-                BIN,
+            h.bin_cmd(
                 &[
                     "finding",
                     "record",
@@ -283,8 +282,7 @@ async fn puller(
             cell.join("task").display().to_string(),
             cell.join("work").display().to_string(),
         );
-        let cmd = h.cmd(
-            BIN,
+        let cmd = h.bin_cmd(
             &[
                 "task",
                 "pull",

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metabob_cell::ledger::claims::{ClaimAction, ClaimOutcome, claim_finding};
+use metabob_cell::ledger::related;
 use metabob_cell::ledger::verdict::{self, NewVerdict, VerdictKind, VerdictOrigin};
 use metabob_cell::task_pull::{CandidateOutcome, ClaimPath, Claimer, PullStatus, classify};
 use metabob_net::attachment::Attachment;
@@ -26,10 +27,11 @@ const ORIGIN: &str = "https://fleet.example.invalid/sim/app.git";
 const RECORDING: usize = 32;
 /// How long a cell told to try later waits before it pulls again (plus up to as much jitter).
 const TRY_LATER_PAUSE: Duration = Duration::from_millis(100);
-/// The most pulls in flight at once. Every pull reads the recall window whole (up to 1,200
-/// findings and 1,200 verdicts, about 10 MB once parsed), so a thousand at once would measure
-/// this process's memory, not the ledger; past this many, a cell waits its turn before its pull
-/// starts, and its pull time is counted from then.
+/// The most pulls in flight at once. A pull on the read-back path reads the recall window whole
+/// (up to 1,200 findings and 1,200 verdicts, about 10 MB once parsed), so a thousand at once
+/// would measure this process's memory, not the ledger; past this many, a cell waits its turn
+/// before its pull starts, and its pull time is counted from then. Both paths keep the same
+/// bound, so they are compared alike.
 const PULLS_IN_FLIGHT: usize = 64;
 
 /// One simulation's figures.
@@ -256,6 +258,16 @@ impl Cell<'_> {
                 60,
             );
             let next = claimer.next().await;
+            // A pull also reads what context.md lists: the open findings on the task's files.
+            if let Ok(Some((task, _))) = &next {
+                let related = match &view {
+                    Some(view) => Ok(related::in_view(view, task)),
+                    None => related::on_files(att, aliases, task).await,
+                };
+                if let Err(e) = related {
+                    lock(shared).error("related findings", e);
+                }
+            }
             let pulled = began.elapsed();
             drop(turn);
             let lost = claimer

@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{sleep_until, timeout};
 
 use super::{
-    BIN, Bench, Errors, Ledgers, Opts, REQUEST_LIMIT, Res, Store, WARMUP, clock_ticks, cpu_seconds,
+    Bench, Errors, Ledgers, Opts, REQUEST_LIMIT, Res, Store, WARMUP, clock_ticks, cpu_seconds,
     ms, pg, quantile_ms, step,
 };
 
@@ -307,7 +307,7 @@ async fn ledger_writes(
     let mut args = vec!["ledger", "key", "create"];
     args.extend(ledgers.store_args.iter().map(String::as_str));
     args.extend_from_slice(&["--org", "default", "--scopes", "read,write", "--json"]);
-    let created = step(h.cmd(BIN, &args), "ledger key create").await?;
+    let created = step(h.bin_cmd(&args), "ledger key create").await?;
     let key: serde_json::Value =
         serde_json::from_str(&created).map_err(|e| format!("key create output: {e}"))?;
     let key = key["key"]
