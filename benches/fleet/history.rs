@@ -12,8 +12,7 @@ use metabob_wire::repo_identity::identity_of_origin;
 
 use super::race::make_origin;
 use super::{
-    Bench, ClaimPath, Errors, Home, Ledgers, Opts, PULL_LIMIT, Res, Store, ms, output,
-    quantile_ms,
+    Bench, ClaimPath, Errors, Home, Ledgers, Opts, PULL_LIMIT, Res, Store, ms, output, quantile_ms,
 };
 
 /// Files the history and the tasks are spread over.
@@ -55,7 +54,9 @@ pub async fn history(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         opts.tasks
     );
     println!();
-    println!("| store | path | findings | pulls | pull p50 ms | pull p90 ms | p50 / p50 at the fewest |");
+    println!(
+        "| store | path | findings | pulls | pull p50 ms | pull p90 ms | p50 / p50 at the fewest |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for r in &rows {
         let p50 = quantile_ms(&r.walls, 0.5);
@@ -96,7 +97,11 @@ async fn run_once(
     pulls: usize,
     deadline: Instant,
 ) -> Res<Row> {
-    let h = bench.fresh(&format!("history-{}-{}-{findings}", store.name(), path.as_str()))?;
+    let h = bench.fresh(&format!(
+        "history-{}-{}-{findings}",
+        store.name(),
+        path.as_str()
+    ))?;
     let extra: &[&str] = match path {
         ClaimPath::Take => &[],
         ClaimPath::ReadBack => &["--no-take"],

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{
-    Bench, ClaimPath, Errors, Home, Ledger, Opts, PULL_LIMIT, Res, ms, output, quantile_ms,
-    step, write,
+    Bench, ClaimPath, Errors, Home, Ledger, Opts, PULL_LIMIT, Res, ms, output, quantile_ms, step,
+    write,
 };
 
 pub async fn race(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
@@ -187,23 +187,21 @@ async fn race_once(
     for i in 0..tasks {
         let summary = format!("step {i}");
         step(
-            h.bin_cmd(
-                &[
-                    "finding",
-                    "record",
-                    "--origin",
-                    origin,
-                    "--file",
-                    "a.py",
-                    "--summary",
-                    &summary,
-                    "--severity",
-                    "HIGH",
-                    "--category",
-                    "task",
-                    "--json",
-                ],
-            ),
+            h.bin_cmd(&[
+                "finding",
+                "record",
+                "--origin",
+                origin,
+                "--file",
+                "a.py",
+                "--summary",
+                &summary,
+                "--severity",
+                "HIGH",
+                "--category",
+                "task",
+                "--json",
+            ]),
             "finding record",
         )
         .await?;
@@ -282,19 +280,17 @@ async fn puller(
             cell.join("task").display().to_string(),
             cell.join("work").display().to_string(),
         );
-        let cmd = h.bin_cmd(
-            &[
-                "task",
-                "pull",
-                "--origin",
-                origin,
-                "--task-dir",
-                &task_dir,
-                "--work-dir",
-                &work_dir,
-                "--json",
-            ],
-        );
+        let cmd = h.bin_cmd(&[
+            "task",
+            "pull",
+            "--origin",
+            origin,
+            "--task-dir",
+            &task_dir,
+            "--work-dir",
+            &work_dir,
+            "--json",
+        ]);
         let began = Instant::now();
         let out = match output(cmd, PULL_LIMIT, "task pull").await {
             Ok(out) => out,

@@ -9,8 +9,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{sleep_until, timeout};
 
 use super::{
-    Bench, Errors, Ledgers, Opts, REQUEST_LIMIT, Res, Store, WARMUP, clock_ticks, cpu_seconds,
-    ms, pg, quantile_ms, step,
+    Bench, Errors, Ledgers, Opts, REQUEST_LIMIT, Res, Store, WARMUP, clock_ticks, cpu_seconds, ms,
+    pg, quantile_ms, step,
 };
 
 pub async fn writes(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {

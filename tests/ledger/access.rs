@@ -219,16 +219,24 @@ fn bootstrap_health_and_both_auth_forms() {
     );
     assert_eq!(status, 401);
 
+    let write = json!({"type": "concept_create_write", "conceptData": {
+        "shape": "note", "source_type": "t", "summary": "s", "content": "c"}});
     let (status, _) = resolve(&l, &key, json!({"type": "vesselRegistry"}));
     assert_eq!(status, 200);
+    let (status, body) = resolve(&l, &key, write.clone());
+    assert_eq!(status, 201, "{body}");
     let out = l.key(&env, &["revoke", &key_id]);
     assert_eq!(out.code, 0, "{out:?}");
-    let (status, body) = resolve(&l, &key, json!({"type": "vesselRegistry"}));
-    assert_eq!(
-        (status, body["error"].clone()),
-        (401, json!("key_rejected")),
-        "revoked at the next request"
-    );
+    // The server believes a checked key for under a second, for reads and writes alike.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    for pointer in [json!({"type": "vesselRegistry"}), write] {
+        let (status, body) = resolve(&l, &key, pointer);
+        assert_eq!(
+            (status, body["error"].clone()),
+            (401, json!("key_rejected")),
+            "revoked within a second"
+        );
+    }
     let (status, _) = http(
         &l.url,
         "POST",
@@ -240,7 +248,7 @@ fn bootstrap_health_and_both_auth_forms() {
 
     let (_, health) = http(&l.url, "GET", "/health", None, None);
     assert_eq!(
-        health["resolves"], 4,
+        health["resolves"], 6,
         "every POST /resolve is counted, refused ones too"
     );
 }

@@ -81,8 +81,48 @@ impl KeyIdentity {
     }
 }
 
-/// Checks a presented key against the store. Run per request, with no cache, so a revocation by
-/// `ledger key revoke` (another process) holds from the next request on.
+/// How long a checked key is believed without asking the store again: a revocation by `ledger
+/// key revoke` (another process, or another replica's store client) holds on every replica
+/// within one second (anchor: KEY_CACHE_TTL).
+pub const KEY_CACHE_TTL: std::time::Duration = std::time::Duration::from_millis(900);
+/// The most keys believed at once; a full cache is emptied, so a flood of keys costs reads,
+/// never memory.
+const KEY_CACHE_ENTRIES: usize = 4096;
+
+/// Keys checked lately, by their hash (never the secret), so a busy cell's requests skip the
+/// store's key check (anchor: KeyCache). Only a key the store accepted is kept: an unknown or
+/// revoked one is asked again every time.
+#[derive(Default)]
+pub struct KeyCache(
+    std::sync::Mutex<std::collections::HashMap<String, (KeyIdentity, std::time::Instant)>>,
+);
+
+impl KeyCache {
+    /// The key's identity if it was accepted less than [`KEY_CACHE_TTL`] ago.
+    pub fn get(&self, raw_key: &str) -> Option<KeyIdentity> {
+        let hash = sha256_hex(raw_key.trim().as_bytes());
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&hash)
+            .filter(|(_, at)| at.elapsed() < KEY_CACHE_TTL)
+            .map(|(k, _)| k.clone())
+    }
+
+    /// Believes `key` from now, as the store just accepted it.
+    pub fn put(&self, raw_key: &str, key: &KeyIdentity) {
+        let hash = sha256_hex(raw_key.trim().as_bytes());
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= KEY_CACHE_ENTRIES {
+            map.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
+            if map.len() >= KEY_CACHE_ENTRIES {
+                map.clear();
+            }
+        }
+        map.insert(hash, (key.clone(), std::time::Instant::now()));
+    }
+}
+
+/// Checks a presented key against the store: every request, unless [`KeyCache`] accepted it
+/// less than [`KEY_CACHE_TTL`] ago.
 // anchor: authenticate
 pub fn authenticate(conn: Sql<'_>, key: &str) -> Result<KeyIdentity, ApiError> {
     let key = key.trim();

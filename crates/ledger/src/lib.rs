@@ -257,6 +257,7 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
         resolves: AtomicU64::new(0),
         forwarder: forward::Forwarder::from_env(&env),
+        keys: keys::KeyCache::default(),
     });
     // The one stdout line: scripts and tests read the bound address (so --listen :0 works) from it.
     {

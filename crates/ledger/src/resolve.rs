@@ -37,6 +37,8 @@ pub struct Ledger {
     /// `POST /resolve` requests served since start, reported by `/health`.
     pub resolves: AtomicU64,
     pub forwarder: super::forward::Forwarder,
+    /// Keys the store accepted lately (`keys::KeyCache`).
+    pub keys: super::keys::KeyCache,
 }
 
 pub type Shared = Arc<Ledger>;
@@ -55,6 +57,25 @@ impl Ledger {
     /// A fresh budget for one request's database work.
     pub fn budget(&self) -> Budget {
         Budget::start(self.request_budget_ms)
+    }
+
+    /// The key's identity: believed from the cache, or checked on a reader and then cached.
+    pub async fn check_key(
+        &self,
+        budget: Budget,
+        raw_key: String,
+    ) -> Result<KeyIdentity, ApiError> {
+        if let Some(key) = self.keys.get(&raw_key) {
+            return Ok(key);
+        }
+        let (raw, key) = self
+            .db
+            .read_unscoped(budget, move |c| {
+                authenticate(c, &raw_key).map(|k| (raw_key, k))
+            })
+            .await?;
+        self.keys.put(&raw, &key);
+        Ok(key)
     }
 
     /// Whether the ledger answers `shape` itself: one of its own, not handed to a producer (only
@@ -176,10 +197,7 @@ pub async fn dispatch(
         }
         other => other,
     };
-    let key = ledger
-        .db
-        .read_unscoped(budget, move |c| authenticate(c, &raw_key))
-        .await?;
+    let key = ledger.check_key(budget, raw_key).await?;
     let (pointer, shape) = read?;
     let p = Fields::new(&pointer, "");
     if metabob_wire::shapes::is_write(&shape) && !key.can_write() {
@@ -297,12 +315,26 @@ async fn own_write_on_writer(
     pointer: Map<String, Value>,
     shape: String,
 ) -> Result<Answer, ApiError> {
-    let (status, body) = ledger
+    // A key the cache believes needs no check on the writer; one it does not is checked there,
+    // in the same hop as the write, and believed from then on.
+    let cached = ledger.keys.get(&raw_key);
+    let presented = raw_key.clone();
+    let (status, body, checked) = ledger
         .db
         .write(budget, move |w| {
-            let key = authenticate(w.sql(), &raw_key)?;
-            own_write(w, &key, &shape, &pointer)
+            let (key, checked) = match &cached {
+                Some(key) => (key.clone(), None),
+                None => {
+                    let key = authenticate(w.sql(), &presented)?;
+                    (key.clone(), Some(key))
+                }
+            };
+            let (status, body) = own_write(w, &key, &shape, &pointer)?;
+            Ok((status, body, checked))
         })
         .await?;
+    if let Some(key) = checked {
+        ledger.keys.put(&raw_key, &key);
+    }
     Ok(Answer::Json(status, body))
 }

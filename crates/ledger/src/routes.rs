@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::concepts::{DEFAULT_LIMIT, MAX_USAGE_LIMIT, usage_history};
 use super::db::Budget;
 use super::errors::ApiError;
-use super::keys::{KeyIdentity, authenticate};
+use super::keys::KeyIdentity;
 use super::resolve::{Answer, Ledger, Shared, dispatch};
 
 pub const SERVICE: &str = "metabob-ledger";
@@ -213,9 +213,7 @@ async fn check_key(
     budget: Budget,
     key: Option<String>,
 ) -> Result<KeyIdentity, ApiError> {
-    let key = key.ok_or(NO_KEY)?;
-    s.db.read_unscoped(budget, move |c| authenticate(c, &key))
-        .await
+    s.check_key(budget, key.ok_or(NO_KEY)?).await
 }
 
 // anchor: auth-resolve
