@@ -17,7 +17,8 @@ pub struct CreateConcept {
     shape: String,
     source_type: String,
     summary: String,
-    pointer: Value,
+    /// The pointer as stored: serialized once, for the size check and the insert alike.
+    pointer: String,
     budget: Option<i64>,
     priority: f64,
     claim: Option<String>,
@@ -28,8 +29,8 @@ impl CreateConcept {
         let d = p.req_obj("conceptData")?;
         let shape = d.req_str("shape")?.to_string();
         let pointer = match d.opt_obj("pointer")? {
-            Some(m) => Value::Object(m.clone()),
-            None => json!({ "type": shape }),
+            Some(m) => serde_json::to_string(m).unwrap_or_default(),
+            None => json!({ "type": shape }).to_string(),
         };
         Ok(CreateConcept {
             content: d.req_str("content")?.to_string(),
@@ -48,11 +49,10 @@ impl CreateConcept {
     /// Holds each of the row's texts to what every reader reads, so that no write key can
     /// store a row that blinds the readers of its org.
     fn check_size(&self) -> Result<(), ApiError> {
-        let pointer = self.pointer.to_string();
         let texts = RowTexts {
             content: &self.content,
             summary: &self.summary,
-            pointer: &pointer,
+            pointer: &self.pointer,
             client_claim: self.claim.as_deref().unwrap_or_default(),
             shape: &self.shape,
             source_type: &self.source_type,
@@ -112,7 +112,7 @@ impl CreateConcept {
                     self.source_type,
                     self.summary,
                     self.content,
-                    self.pointer.to_string(),
+                    self.pointer,
                     self.budget,
                     self.priority,
                     now,
