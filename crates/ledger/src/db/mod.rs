@@ -90,6 +90,12 @@ impl<'c> Writer<'c> {
         self.tick_holding("", &[])
     }
 
+    /// [`Writer::tick`] by this process's clock alone, for a row whose time orders no claim.
+    pub fn tick_local(&mut self) -> i64 {
+        *self.last_ms = now_ms().max(*self.last_ms + 1);
+        *self.last_ms
+    }
+
     /// [`Writer::tick`] once this write holds the holder locks of `ids` in `org`, taken in the
     /// same round trip as the clock is read ([`Sql::lock_holders_then_clock`]).
     pub fn tick_holding(&mut self, org: &str, ids: &[String]) -> Result<i64, ApiError> {
