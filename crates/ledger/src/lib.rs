@@ -26,6 +26,7 @@ pub mod open_tasks;
 pub mod related;
 pub mod resolve;
 pub mod routes;
+pub mod row_ids;
 pub mod sql;
 pub mod take;
 

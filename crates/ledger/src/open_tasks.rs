@@ -103,21 +103,15 @@ fn names_ids(concept: &Value) -> bool {
         })
 }
 
-/// The indexed tasks a verdict names by id.
+/// The indexed tasks a verdict names by id, found through the id index.
 fn tasks_named(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<Vec<Finding>, ApiError> {
     let mut out = Vec::new();
     for id in &v.finding_ids {
-        let Some((names, words)) = conn.fts_filter("c.", 2, id) else {
-            continue;
-        };
-        let mut bound = args![org].to_vec();
-        bound.extend(words);
         let ids = conn.query(
-            &format!(
-                "SELECT o.concept_id FROM open_tasks o JOIN concepts c ON c.id = o.concept_id
-                   WHERE o.org_id = ?1 AND {names}"
-            ),
-            &bound,
+            "SELECT o.concept_id FROM row_ids r
+               JOIN open_tasks o ON o.org_id = r.org_id AND o.concept_id = r.concept_id
+               WHERE r.org_id = ?1 AND r.finding_id = ?2 AND r.shape = ?3",
+            args![org, id, FINDING_SHAPE],
             |r| r.get::<String>(0),
         )?;
         for cid in ids {

@@ -128,6 +128,8 @@ impl CreateConcept {
                 concept_json,
             )?
             .ok_or_else(|| ApiError::Internal("an insert answered no row".into()))?;
+        // The ids first: the open-task index weighs a verdict's task by the rows they find.
+        crate::row_ids::on_insert(conn, org, &concept)?;
         crate::open_tasks::on_insert(conn, org, &concept)?;
         Ok(concept)
     }

@@ -109,7 +109,12 @@ CREATE INDEX concepts_fts ON concepts USING GIN (fts);
 fn schema_steps(dialect: Dialect) -> [String; 5] {
     let tables = [TABLES_V1, crate::goals::SCHEMA, crate::open_tasks::SCHEMA];
     let rank = crate::concepts::rank_index_ddl();
-    let files = format!("{}{}", crate::related::SCHEMA, crate::open_tasks::SCHEMA_V5);
+    let files = format!(
+        "{}{}{}",
+        crate::row_ids::SCHEMA,
+        crate::related::SCHEMA,
+        crate::open_tasks::SCHEMA_V5
+    );
     match dialect {
         Dialect::Sqlite => [
             format!("{TABLES_V1}{FTS_V1}"),
@@ -155,7 +160,10 @@ pub(super) fn migrate_sql(sql: Sql<'_>) -> Result<(), ApiError> {
             }
         }
         // The indexes of versions 3 and 5 are built from the rows already there, once every
-        // column they fill exists.
+        // column they fill exists; the ids first, which the open-task index reads by.
+        if version < 5 {
+            crate::row_ids::backfill(sql)?;
+        }
         if version < 3 {
             crate::open_tasks::backfill(sql)?;
         } else if version < 5 {
@@ -242,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_4_file_gains_the_file_index_and_the_task_summaries_from_its_rows() {
+    fn a_version_4_file_gains_the_id_and_file_indexes_and_the_task_summaries_from_its_rows() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DB_FILE);
         {
@@ -282,5 +290,12 @@ mod tests {
             )
             .unwrap();
         assert_eq!(summary, "the step");
+        let named: String = sql
+            .value(
+                "SELECT concept_id FROM row_ids WHERE finding_id = 'agf_0123456789abcdef'",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(named, "concept_t");
     }
 }

@@ -171,16 +171,23 @@ pub fn load_task(conn: Sql<'_>, org: &str, d: &Dispatch) -> Result<Finding, ApiE
     }
 }
 
-/// The task's verdict and claim rows, as the client gathers them: every verdict row naming
-/// the task's id (found through the full-text index, then checked by `Verdict::concerns`),
-/// joined with the rows linked to its concept. Rows that fail validation are skipped.
+/// The task's verdict and claim rows, as the client gathers them: every verdict row naming one
+/// of the task's ids (found through the id index, then checked by `Verdict::concerns`), joined
+/// with the rows linked to its concept. Rows that fail validation are skipped.
 pub fn task_rows(conn: Sql<'_>, org: &str, task: &Finding) -> Result<Vec<TaskRow>, ApiError> {
-    let Some((names, words)) = conn.fts_filter("", 5, task.id()) else {
+    let ids: Vec<String> = task
+        .finding_ids
+        .iter()
+        .take(metabob_wire::row::MAX_IDS_PER_ROW)
+        .cloned()
+        .collect();
+    if ids.is_empty() {
         return Ok(Vec::new());
-    };
+    }
+    let (list, words) = crate::row_ids::id_list(5, &ids);
     let sql = format!(
-        "SELECT id, seq FROM concepts
-           WHERE org_id = ?1 AND shape = ?2 AND {names}
+        "SELECT concept_id, seq FROM row_ids
+           WHERE org_id = ?1 AND shape = ?2 AND finding_id IN {list}
          UNION
          SELECT c.id, c.seq FROM edges e JOIN concepts c ON c.id = e.from_id
            WHERE e.org_id = ?1 AND e.to_id = ?3 AND e.edge_type = 'derived_from'
