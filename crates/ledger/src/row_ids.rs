@@ -1,4 +1,4 @@
-//! The id index (SPEC.md §The id index): which finding and verdict rows name each finding id,
+//! The id index (SPEC.md §The atomic take): which finding and verdict rows name each finding id,
 //! kept as each row is written, so a task's rows and the tasks a verdict names are an indexed
 //! lookup whatever the org's history holds, where a full-text match of the id would walk every
 //! row of the org. A superset by design: the ids come from the header as written, and every
