@@ -379,23 +379,9 @@ fn a_task_past_the_cells_recall_window_is_still_taken_and_a_parked_one_only_once
 
 /// Records a finding that is no task on `file` of the world's repository; its finding id.
 fn record_finding(w: &World, file: &str, summary: &str) -> String {
-    let out = w.env.run(&[
-        "finding",
-        "record",
-        "--origin",
-        &w.url,
-        "--file",
-        file,
-        "--summary",
-        summary,
-        "--severity",
-        "LOW",
-        "--category",
-        "style",
-        "--json",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let v = w
+        .env
+        .record_finding(&w.url, file, summary, "LOW", "style", "");
     v["finding_ids"][0].as_str().unwrap().to_string()
 }
 

@@ -220,6 +220,20 @@ impl TestEnv {
         severity: &str,
         details: &str,
     ) -> serde_json::Value {
+        self.record_finding(origin, file, summary, severity, "task", details)
+    }
+
+    /// `finding record --json` of a finding of `category` on `file` for `origin`, with
+    /// `details` (none when empty): what it answered.
+    pub fn record_finding(
+        &self,
+        origin: &str,
+        file: &str,
+        summary: &str,
+        severity: &str,
+        category: &str,
+        details: &str,
+    ) -> serde_json::Value {
         let mut args = vec![
             "finding",
             "record",
@@ -232,7 +246,7 @@ impl TestEnv {
             "--severity",
             severity,
             "--category",
-            "task",
+            category,
             "--json",
         ];
         if !details.is_empty() {
