@@ -355,7 +355,7 @@ fn fleet_sh_uses_the_compose_plugin_first_and_the_standalone_compose_otherwise()
 }
 
 #[test]
-fn ledger_serve_help_names_every_limit_variable_with_its_default() {
+fn ledger_serve_help_names_every_limit_flag_and_variable_with_its_default() {
     let env = TestEnv::new();
     let out = env.run(&["ledger", "serve", "--help"]);
     assert_eq!(out.code, 0, "{out:?}");
@@ -380,6 +380,31 @@ fn ledger_serve_help_names_every_limit_variable_with_its_default() {
         assert!(
             out.stdout.contains(&format!("{var}={default} ")),
             "{var}: {}",
+            out.stdout
+        );
+    }
+    for (flag, var, default) in [
+        (
+            "--request-budget-ms <MS>",
+            metabob_ledger::REQUEST_BUDGET_VAR,
+            metabob_ledger::DEFAULT_REQUEST_BUDGET_MS.to_string(),
+        ),
+        (
+            "--idle-timeout-ms <MS>",
+            metabob_ledger::IDLE_TIMEOUT_VAR,
+            metabob_ledger::DEFAULT_IDLE_TIMEOUT_MS.to_string(),
+        ),
+        (
+            "--readers <N>",
+            metabob_ledger::READERS_VAR,
+            metabob_ledger::DEFAULT_READERS.to_string(),
+        ),
+    ] {
+        let line = out.stdout.lines().find(|l| l.contains(flag));
+        let want = format!("[default: {default}; env: {var}]");
+        assert!(
+            line.is_some_and(|l| l.contains(&want)),
+            "{flag}: {}",
             out.stdout
         );
     }

@@ -25,6 +25,28 @@ pub enum LedgerCommand {
     Serve(ServeArgs),
     /// Create, list and revoke API keys (works beside a running server).
     Key(KeyArgs),
+    /// Copy a SQLite ledger to a new file while it serves: one consistent, checked snapshot.
+    Backup(BackupArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp ledger backup --to /backups/ledger-$(date +%F).db
+  metabob-mcp ledger backup --data /var/lib/ledger --to /backups/ledger.db --json
+
+Restore: stop `ledger serve`, remove ledger.db, ledger.db-wal and ledger.db-shm from the data
+directory, copy the backup there as ledger.db, and start the server again.
+A PostgreSQL store is backed up with pg_dump instead.")]
+pub struct BackupArgs {
+    #[command(flatten)]
+    pub data: DataArg,
+    /// The new file to write; an existing file is never overwritten
+    #[arg(long, value_name = "FILE")]
+    pub to: PathBuf,
+    /// Print {from, to, bytes, pages} as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Where the ledger keeps its rows: a SQLite file in a directory, or a PostgreSQL database.
@@ -64,6 +86,12 @@ pub struct ServeArgs {
     /// Serve and advertise no atomic take, as a substrate without one: cells claim by read-back
     #[arg(long)]
     pub no_take: bool,
+    #[arg(long, value_name = "MS", help = metabob_ledger::limit_flag_help("--request-budget-ms"))]
+    pub request_budget_ms: Option<u64>,
+    #[arg(long, value_name = "MS", help = metabob_ledger::limit_flag_help("--idle-timeout-ms"))]
+    pub idle_timeout_ms: Option<u64>,
+    #[arg(long, value_name = "N", help = metabob_ledger::limit_flag_help("--readers"))]
+    pub readers: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -140,7 +168,7 @@ fn serve_help() -> String {
 Examples:
   metabob-mcp ledger serve                         # 127.0.0.1:18100, data in ~/.substrate/ledger
   metabob-mcp ledger serve --listen 0.0.0.0:18100 --public-url http://ledger.lan:18100
-  METABOB_LEDGER_READERS=8 metabob-mcp ledger serve --listen 127.0.0.1:0 --data ./ledger
+  metabob-mcp ledger serve --listen 127.0.0.1:0 --data ./ledger --readers 8
   metabob-mcp ledger serve --store postgres://ledger@db.lan/ledger   # one of several replicas",
         metabob_ledger::limits_help()
     )
@@ -160,14 +188,14 @@ fn location(arg: DataArg, env: &Env) -> Result<Location, CliError> {
     }
 }
 
-/// The key commands talk to the store with blocking calls (PostgreSQL's client among them),
+/// The key and backup commands talk to the store with blocking calls (PostgreSQL's client among them),
 /// which may not run on the async runtime's own threads.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
 ) -> Result<T, CliError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| CliError::failure(format!("the key command did not finish: {e}")))?
+        .map_err(|e| CliError::failure(format!("the command did not finish: {e}")))?
         .map_err(fail)
 }
 
@@ -185,8 +213,28 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                 producers: a.producers,
                 forward_timeout_ms: a.forward_timeout_ms,
                 take: !a.no_take,
+                limits: metabob_ledger::LimitFlags {
+                    request_budget_ms: a.request_budget_ms,
+                    idle_timeout_ms: a.idle_timeout_ms,
+                    readers: a.readers,
+                },
             };
             metabob_ledger::serve(opts, env).await.map_err(fail)?;
+        }
+        LedgerCommand::Backup(a) => {
+            let at = location(a.data, &env)?;
+            let to = a.to;
+            let done = blocking(move || metabob_ledger::backup(&at, &to)).await?;
+            if a.json {
+                metabob_wire::outln!("{}", to_json(&done));
+            } else {
+                metabob_wire::outln!(
+                    "backed up {} to {}: {} bytes, integrity ok",
+                    done.from.display(),
+                    done.to.display(),
+                    done.bytes
+                );
+            }
         }
         LedgerCommand::Key(KeyArgs {
             command: KeyCommand::Create(a),

@@ -305,3 +305,67 @@ fn two_replicas_starting_together_on_an_empty_postgres_database_make_one_schema_
     assert_eq!(status, 200, "{v}");
     assert_eq!(ids(&v["concepts"]), vec![made]);
 }
+
+/// `ledger backup` while 8 writers keep writing: the copy passes SQLite's integrity check, a
+/// ledger started on it alone serves every write acknowledged before the backup began, and the
+/// writes go on through it. What it refuses is one line.
+#[test]
+fn a_backup_under_a_write_load_is_whole_and_serves_every_write_acknowledged_before_it() {
+    let env = TestEnv::new();
+    let data = env.path("served");
+    let l = env.ledger_in(data.clone(), &[]);
+    let (_, k) = l.create_key(&env, "default", "read,write");
+    let load = WriteLoad::start(std::slice::from_ref(&l.url), &k, 8);
+    load.wait_for(40);
+    let before = load.acked.lock().unwrap().clone();
+    std::fs::create_dir_all(env.path("backups")).unwrap();
+    let to = env.path("backups/ledger.db").display().to_string();
+    let data_arg = data.display().to_string();
+    let backup = |data: &str, to: &str| env.run(&["ledger", "backup", "--data", data, "--to", to]);
+    let out = env.run(&[
+        "ledger", "backup", "--data", &data_arg, "--to", &to, "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(report["bytes"].as_u64().unwrap() > 0, "{report}");
+    load.wait_for(20);
+    let all = load.stop();
+    assert!(all.len() >= before.len() + 20);
+
+    let copy = rusqlite::Connection::open(&to).unwrap();
+    let check: String = copy
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    drop(copy);
+    let restored = env.path("restored");
+    std::fs::create_dir_all(&restored).unwrap();
+    std::fs::copy(&to, restored.join("ledger.db")).unwrap();
+    let r = env.ledger_in(restored, &[]);
+    all_readable(&r, &k, &before);
+
+    // Refused, each in one line: an existing target (left as it was), a directory with no
+    // ledger, and a PostgreSQL store (named without its password).
+    let empty = env.path("empty").display().to_string();
+    let pg = "postgres://u:hunter2pass@127.0.0.1:1/ledger";
+    for (out, says) in [
+        (backup(&data_arg, &to), "exists; a backup never overwrites"),
+        (
+            backup(&empty, &env.path("new.db").display().to_string()),
+            "no ledger at",
+        ),
+        (
+            env.run(&["ledger", "backup", "--store", pg, "--to", "x.db"]),
+            "back up a PostgreSQL store with pg_dump",
+        ),
+    ] {
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{out:?}");
+        assert!(out.stderr.contains(says), "{says}: {out:?}");
+        assert!(!out.stderr.contains("hunter2pass"), "{out:?}");
+    }
+    assert_eq!(
+        std::fs::metadata(&to).unwrap().len(),
+        report["bytes"].as_u64().unwrap()
+    );
+}

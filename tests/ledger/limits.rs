@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use metabob_ledger::concepts::{MAX_QUERY_TERMS, max_query_bytes};
 use metabob_ledger::routes::MAX_BODY_BYTES;
-use metabob_ledger::{IDLE_TIMEOUT_VAR, REQUEST_BUDGET_VAR};
+use metabob_ledger::{IDLE_TIMEOUT_VAR, READERS_VAR, REQUEST_BUDGET_VAR};
 use serde_json::{Value, json};
 
 use super::{apikey, create, http, id, ids, resolve, resolve_url};
@@ -458,4 +458,48 @@ fn a_bad_store_is_one_line_without_its_password() {
             "the password is never shown: {out:?}"
         );
     }
+}
+
+/// A limit flag wins over its environment variable; a value out of range is refused at start,
+/// naming the flag or the variable it came from.
+#[test]
+fn a_limit_flag_wins_over_its_variable_and_a_bad_value_is_named() {
+    let mut env = TestEnv::new();
+    env.set(READERS_VAR, "lots");
+    let data = env.path("flags").display().to_string();
+    let serve = |extra: &[&str]| {
+        let mut args = vec![
+            "ledger",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            &data,
+        ];
+        args.extend_from_slice(extra);
+        env.run(&args)
+    };
+    for (extra, named) in [
+        (
+            &[][..],
+            "METABOB_LEDGER_READERS=\"lots\": expected a whole number in 1..=64",
+        ),
+        (
+            &["--readers", "65"][..],
+            "--readers 65: expected a whole number in 1..=64",
+        ),
+        (
+            &["--readers", "8", "--request-budget-ms", "0"][..],
+            "--request-budget-ms 0: expected a whole number in 1..=3600000",
+        ),
+    ] {
+        let out = serve(extra);
+        assert_eq!(out.code, 1, "{extra:?}: {out:?}");
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{out:?}");
+        assert!(out.stderr.contains(named), "{extra:?}: {out:?}");
+    }
+    // With the flag given, the variable's bad value is never read.
+    let l = env.ledger("flags", &["--readers", "8", "--idle-timeout-ms", "5000"]);
+    let (status, body) = l.http("GET", "/health", None, "");
+    assert_eq!(status, 200, "{body}");
 }

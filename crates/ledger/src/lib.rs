@@ -42,7 +42,7 @@ pub use errors::{ApiError, LedgerError};
 pub use keys::{CreatedKey, KeyInfo, Revoked, create_key, list_keys, revoke_key};
 
 use db::Db;
-pub use db::Location;
+pub use db::{BackupReport, Location, backup};
 use keys::{DEFAULT_ORG, Scope, create_key_in, has_no_orgs};
 use metabob_wire::env::Env;
 use metabob_wire::shapes::LEDGER_SHAPES;
@@ -79,81 +79,116 @@ pub struct Limits {
     pub drain_ms: u64,
 }
 
-impl Limits {
-    /// The defaults, each replaced by its environment variable when that is set; a value that
-    /// is not a number in range is refused at start, naming the variable.
-    pub fn from_env(env: &Env) -> Result<Limits, LedgerError> {
-        Ok(Limits {
-            request_budget_ms: env_number(
-                env,
-                REQUEST_BUDGET_VAR,
-                DEFAULT_REQUEST_BUDGET_MS,
-                MAX_LIMIT_MS,
-            )?,
-            idle_timeout_ms: env_number(
-                env,
-                IDLE_TIMEOUT_VAR,
-                DEFAULT_IDLE_TIMEOUT_MS,
-                MAX_LIMIT_MS,
-            )?,
-            readers: env_number(env, READERS_VAR, DEFAULT_READERS as u64, MAX_READERS as u64)?
-                as usize,
-            drain_ms: env_number(env, DRAIN_VAR, DEFAULT_DRAIN_MS, MAX_LIMIT_MS)?,
-        })
-    }
+/// The limits given as `ledger serve` flags; each one set wins over its environment variable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitFlags {
+    pub request_budget_ms: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
+    pub readers: Option<u64>,
 }
 
-/// `ledger serve --help`'s account of the limits, from the same names and defaults as above.
-pub fn limits_help() -> String {
-    let rows = [
-        (
-            REQUEST_BUDGET_VAR,
-            DEFAULT_REQUEST_BUDGET_MS,
-            MAX_LIMIT_MS,
-            "each request's time for its database work, in ms",
-        ),
-        (
-            IDLE_TIMEOUT_VAR,
-            DEFAULT_IDLE_TIMEOUT_MS,
-            MAX_LIMIT_MS,
-            "how long a connection may idle or take to send a request, in ms",
-        ),
-        (
-            READERS_VAR,
-            DEFAULT_READERS as u64,
-            MAX_READERS as u64,
-            "read-only store connections; one org may hold all but one",
-        ),
-        (
-            DRAIN_VAR,
-            DEFAULT_DRAIN_MS,
-            MAX_LIMIT_MS,
-            "on SIGTERM, how long the requests in flight may finish, in ms",
-        ),
-    ];
-    let mut text = String::from(
-        "Limits (environment variables, read at start; a value out of range is refused):",
-    );
-    for (name, default, max, what) in rows {
-        let set = format!("{name}={default}");
-        text.push_str(&format!("\n  {set:<40} {what} (1..={max})"));
-    }
-    text
+/// One limit: its flag (none for those only a variable sets), variable, default, bound and
+/// meaning. `Limits::resolve` and `--help` both read this table.
+struct Limit {
+    flag: Option<&'static str>,
+    var: &'static str,
+    default: u64,
+    max: u64,
+    what: &'static str,
 }
 
-fn env_number(env: &Env, name: &str, default: u64, max: u64) -> Result<u64, LedgerError> {
-    let Some(text) = env.get(name) else {
-        return Ok(default);
-    };
-    text.trim()
-        .parse::<u64>()
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-        .ok_or_else(|| {
+const REQUEST_BUDGET: Limit = Limit {
+    flag: Some("--request-budget-ms"),
+    var: REQUEST_BUDGET_VAR,
+    default: DEFAULT_REQUEST_BUDGET_MS,
+    max: MAX_LIMIT_MS,
+    what: "each request's time for its database work, in ms",
+};
+const IDLE_TIMEOUT: Limit = Limit {
+    flag: Some("--idle-timeout-ms"),
+    var: IDLE_TIMEOUT_VAR,
+    default: DEFAULT_IDLE_TIMEOUT_MS,
+    max: MAX_LIMIT_MS,
+    what: "how long a connection may idle or take to send a request, in ms",
+};
+const READERS: Limit = Limit {
+    flag: Some("--readers"),
+    var: READERS_VAR,
+    default: DEFAULT_READERS as u64,
+    max: MAX_READERS as u64,
+    what: "read-only store connections; one org may hold all but one",
+};
+const DRAIN: Limit = Limit {
+    flag: None,
+    var: DRAIN_VAR,
+    default: DEFAULT_DRAIN_MS,
+    max: MAX_LIMIT_MS,
+    what: "on SIGTERM, how long the requests in flight may finish, in ms",
+};
+
+impl Limit {
+    /// The flag's value when given, else the variable's, else the default; a value that is not
+    /// a number in range is refused, naming the flag or the variable it came from.
+    fn resolve(&self, flag: Option<u64>, env: &Env) -> Result<u64, LedgerError> {
+        let (n, given) = match (flag, self.flag) {
+            (Some(n), Some(name)) => (Some(n), format!("{name} {n}")),
+            _ => match env.get(self.var) {
+                Some(text) => (text.trim().parse().ok(), format!("{}={text:?}", self.var)),
+                None => return Ok(self.default),
+            },
+        };
+        n.filter(|n| (1..=self.max).contains(n)).ok_or_else(|| {
             LedgerError::Usage(format!(
-                "{name}={text:?}: expected a whole number in 1..={max}"
+                "{given}: expected a whole number in 1..={}",
+                self.max
             ))
         })
+    }
+}
+
+impl Limits {
+    /// Each limit from its flag, else its environment variable, else its default.
+    pub fn resolve(env: &Env, flags: LimitFlags) -> Result<Limits, LedgerError> {
+        Ok(Limits {
+            request_budget_ms: REQUEST_BUDGET.resolve(flags.request_budget_ms, env)?,
+            idle_timeout_ms: IDLE_TIMEOUT.resolve(flags.idle_timeout_ms, env)?,
+            readers: READERS.resolve(flags.readers, env)? as usize,
+            drain_ms: DRAIN.resolve(None, env)?,
+        })
+    }
+}
+
+/// A limit flag's `--help` line: its meaning, default and variable, from the same table.
+pub fn limit_flag_help(flag: &str) -> String {
+    match [REQUEST_BUDGET, IDLE_TIMEOUT, READERS]
+        .into_iter()
+        .find(|l| l.flag == Some(flag))
+    {
+        Some(l) => format!(
+            "{}{} [default: {}; env: {}]",
+            l.what[..1].to_uppercase(),
+            &l.what[1..],
+            l.default,
+            l.var
+        ),
+        None => format!("{flag}: no such limit"),
+    }
+}
+
+/// `ledger serve --help`'s account of the limits, from the same table `Limits::resolve` reads.
+pub fn limits_help() -> String {
+    let mut text = String::from(
+        "Limits (a flag, or its environment variable read at start; the flag wins; a value \
+         out of range is refused):",
+    );
+    for l in [REQUEST_BUDGET, IDLE_TIMEOUT, READERS, DRAIN] {
+        let set = match l.flag {
+            Some(flag) => format!("{flag}, {}={}", l.var, l.default),
+            None => format!("{}={}", l.var, l.default),
+        };
+        text.push_str(&format!("\n  {set:<60} {} (1..={})", l.what, l.max));
+    }
+    text
 }
 
 /// What `ledger serve` was asked for.
@@ -167,6 +202,8 @@ pub struct ServeOptions {
     pub forward_timeout_ms: u64,
     /// Whether the atomic take is served and advertised (`--no-take` turns it off).
     pub take: bool,
+    /// The limits named on the command line.
+    pub limits: LimitFlags,
 }
 
 /// `~/.substrate/ledger`, the data directory when `--data` is not given.
@@ -221,7 +258,7 @@ fn default_public_url(bound: SocketAddr) -> String {
 // anchor: serve
 pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
     let producers = parse_producers(&opts.producers)?;
-    let limits = Limits::from_env(&env)?;
+    let limits = Limits::resolve(&env, opts.limits)?;
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
         .map_err(|source| LedgerError::Bind {

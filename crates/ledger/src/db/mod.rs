@@ -5,6 +5,7 @@
 //! migrations, each store's connections, the reader and writer pools, the budget, and SQLite's
 //! group commit.
 
+mod backup;
 mod budget;
 mod group_commit;
 mod pg;
@@ -29,6 +30,7 @@ use pool::{Handle, Kind, Lease, Pool, acquire};
 use schema::MIGRATION_LOCK;
 use sqlite::{LiteWriter, latest_stored_ms, open_reader};
 
+pub use backup::{BackupReport, backup};
 pub use budget::Budget;
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{DB_FILE, open_connection};
