@@ -86,11 +86,11 @@ pub struct ServeArgs {
     /// Serve and advertise no atomic take, as a substrate without one: cells claim by read-back
     #[arg(long)]
     pub no_take: bool,
-    #[arg(long, value_name = "MS", help = metabob_ledger::limit_flag_help("--request-budget-ms"))]
+    #[arg(long, value_name = "MS", help = metabob_ledger::REQUEST_BUDGET.flag_help())]
     pub request_budget_ms: Option<u64>,
-    #[arg(long, value_name = "MS", help = metabob_ledger::limit_flag_help("--idle-timeout-ms"))]
+    #[arg(long, value_name = "MS", help = metabob_ledger::IDLE_TIMEOUT.flag_help())]
     pub idle_timeout_ms: Option<u64>,
-    #[arg(long, value_name = "N", help = metabob_ledger::limit_flag_help("--readers"))]
+    #[arg(long, value_name = "N", help = metabob_ledger::READERS.flag_help())]
     pub readers: Option<u64>,
 }
 

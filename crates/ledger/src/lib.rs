@@ -88,8 +88,8 @@ pub struct LimitFlags {
 }
 
 /// One limit: its flag (none for those only a variable sets), variable, default, bound and
-/// meaning. `Limits::resolve` and `--help` both read this table.
-struct Limit {
+/// meaning. `Limits::resolve` and `--help` both read these.
+pub struct Limit {
     flag: Option<&'static str>,
     var: &'static str,
     default: u64,
@@ -97,28 +97,28 @@ struct Limit {
     what: &'static str,
 }
 
-const REQUEST_BUDGET: Limit = Limit {
+pub const REQUEST_BUDGET: Limit = Limit {
     flag: Some("--request-budget-ms"),
     var: REQUEST_BUDGET_VAR,
     default: DEFAULT_REQUEST_BUDGET_MS,
     max: MAX_LIMIT_MS,
     what: "each request's time for its database work, in ms",
 };
-const IDLE_TIMEOUT: Limit = Limit {
+pub const IDLE_TIMEOUT: Limit = Limit {
     flag: Some("--idle-timeout-ms"),
     var: IDLE_TIMEOUT_VAR,
     default: DEFAULT_IDLE_TIMEOUT_MS,
     max: MAX_LIMIT_MS,
     what: "how long a connection may idle or take to send a request, in ms",
 };
-const READERS: Limit = Limit {
+pub const READERS: Limit = Limit {
     flag: Some("--readers"),
     var: READERS_VAR,
     default: DEFAULT_READERS as u64,
     max: MAX_READERS as u64,
     what: "read-only store connections; one org may hold all but one",
 };
-const DRAIN: Limit = Limit {
+pub const DRAIN: Limit = Limit {
     flag: None,
     var: DRAIN_VAR,
     default: DEFAULT_DRAIN_MS,
@@ -127,6 +127,17 @@ const DRAIN: Limit = Limit {
 };
 
 impl Limit {
+    /// The flag's `--help` line: the meaning, the default and the variable.
+    pub fn flag_help(&self) -> String {
+        format!(
+            "{}{} [default: {}; env: {}]",
+            self.what[..1].to_uppercase(),
+            &self.what[1..],
+            self.default,
+            self.var
+        )
+    }
+
     /// The flag's value when given, else the variable's, else the default; a value that is not
     /// a number in range is refused, naming the flag or the variable it came from.
     fn resolve(&self, flag: Option<u64>, env: &Env) -> Result<u64, LedgerError> {
@@ -155,23 +166,6 @@ impl Limits {
             readers: READERS.resolve(flags.readers, env)? as usize,
             drain_ms: DRAIN.resolve(None, env)?,
         })
-    }
-}
-
-/// A limit flag's `--help` line: its meaning, default and variable, from the same table.
-pub fn limit_flag_help(flag: &str) -> String {
-    match [REQUEST_BUDGET, IDLE_TIMEOUT, READERS]
-        .into_iter()
-        .find(|l| l.flag == Some(flag))
-    {
-        Some(l) => format!(
-            "{}{} [default: {}; env: {}]",
-            l.what[..1].to_uppercase(),
-            &l.what[1..],
-            l.default,
-            l.var
-        ),
-        None => format!("{flag}: no such limit"),
     }
 }
 
