@@ -5,6 +5,7 @@
 mod access;
 mod durability;
 mod limits;
+mod metrics;
 mod shapes;
 
 use std::io::{Read, Write};

@@ -59,6 +59,11 @@ pub struct BoardRequest {
 }
 
 impl BoardRequest {
+    /// The whole org's board.
+    pub fn whole() -> Self {
+        BoardRequest { identity: None }
+    }
+
     pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
         let origin = p
             .opt_str("origin")?
@@ -74,8 +79,15 @@ impl BoardRequest {
         })
     }
 
-    // anchor: task-board
+    /// The answer to `taskBoard`.
     pub fn run(self, conn: Sql<'_>, org: &str, now_ms: i64) -> Result<Value, ApiError> {
+        serde_json::to_value(self.board(conn, org, now_ms)?).map_err(|e| {
+            ApiError::Internal(format!("taskBoard: the answer did not serialize: {e}"))
+        })
+    }
+
+    // anchor: task-board
+    pub fn board(self, conn: Sql<'_>, org: &str, now_ms: i64) -> Result<Board, ApiError> {
         let (findings, findings_cut) = read_shape(conn, org, FINDING_SHAPE, BOARD_FINDING_ROWS)?;
         let mut tasks: Vec<Finding> = read_rows(&findings, "board task", Finding::read)
             .into_iter()
@@ -111,7 +123,7 @@ impl BoardRequest {
                 .collect();
             board.add(task, mine, now_ms);
         }
-        let answer = Board {
+        Ok(Board {
             goals: board.goals(conn, org)?,
             cells: board.cells(),
             repositories: board.repos.into_values().collect(),
@@ -120,9 +132,6 @@ impl BoardRequest {
             truncated,
             verdicts_truncated: verdicts_cut,
             now: rfc3339_ms(now_ms),
-        };
-        serde_json::to_value(answer).map_err(|e| {
-            ApiError::Internal(format!("taskBoard: the answer did not serialize: {e}"))
         })
     }
 

@@ -300,3 +300,12 @@ pub fn has_no_orgs(conn: Sql<'_>) -> Result<bool, ApiError> {
     let n: i64 = conn.value("SELECT count(*) FROM orgs", &[])?;
     Ok(n == 0)
 }
+
+/// The first `limit` orgs by name, as (id, name).
+pub fn orgs(conn: Sql<'_>, limit: i64) -> Result<Vec<(String, String)>, ApiError> {
+    conn.query(
+        "SELECT id, name FROM orgs ORDER BY name LIMIT ?1",
+        args![limit],
+        |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+    )
+}

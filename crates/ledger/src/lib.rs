@@ -22,6 +22,7 @@ pub mod forward;
 pub mod goals;
 pub mod input;
 pub mod keys;
+pub mod metrics;
 pub mod open_tasks;
 pub mod related;
 pub mod resolve;
@@ -290,6 +291,8 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         resolves: AtomicU64::new(0),
         forwarder: forward::Forwarder::from_env(&env),
         keys: keys::KeyCache::default(),
+        metrics: metrics::Metrics::default(),
+        metrics_keyless: bound.ip().is_loopback(),
     });
     // The one stdout line: scripts and tests read the bound address (so --listen :0 works) from it.
     {

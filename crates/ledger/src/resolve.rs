@@ -39,6 +39,10 @@ pub struct Ledger {
     pub forwarder: super::forward::Forwarder,
     /// Keys the store accepted lately (`keys::KeyCache`).
     pub keys: super::keys::KeyCache,
+    /// What `/metrics` reports (`metrics::Metrics`).
+    pub metrics: super::metrics::Metrics,
+    /// Whether `/metrics` answers without a key: only on a loopback listener.
+    pub metrics_keyless: bool,
 }
 
 pub type Shared = Arc<Ledger>;
@@ -319,7 +323,8 @@ async fn own_write_on_writer(
     // in the same hop as the write, and believed from then on.
     let cached = ledger.keys.get(&raw_key);
     let presented = raw_key.clone();
-    let (status, body, checked) = ledger
+    let take = shape == metabob_wire::claims::TAKE_SHAPE;
+    let written = ledger
         .db
         .write(budget, move |w| {
             let (key, checked) = match &cached {
@@ -332,7 +337,17 @@ async fn own_write_on_writer(
             let (status, body) = own_write(w, &key, &shape, &pointer)?;
             Ok((status, body, checked))
         })
-        .await?;
+        .await;
+    // Counted once the write is answered: only what was committed (or refused) counts.
+    if take {
+        ledger
+            .metrics
+            .count_take(written.as_ref().map(|(_, body, _)| body));
+    }
+    let (status, body, checked) = written?;
+    if !take {
+        ledger.metrics.count_concept(&body);
+    }
     if let Some(key) = checked {
         ledger.keys.put(&raw_key, &key);
     }

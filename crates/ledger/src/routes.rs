@@ -36,10 +36,16 @@ pub fn router(state: Shared) -> Router {
         .route("/board", get(board_page))
         .route("/board.js", get(board_script))
         .route("/board.css", get(board_style))
+        .route("/metrics", get(metrics))
         // After the routes: it applies to the paths defined so far.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(axum::middleware::map_response(json_errors))
+        // Outermost, so it counts the status the caller is sent.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::metrics::track,
+        ))
         .with_state(state)
 }
 
@@ -171,6 +177,33 @@ fn board_file(content_type: &'static str, body: &'static str) -> Response {
         );
     }
     resp
+}
+
+/// `GET /metrics` (SPEC.md §Metrics): with a key, its org's gauges; without one, every org's,
+/// but only on a loopback listener.
+// anchor: metrics-route
+async fn metrics(State(s): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let budget = s.budget();
+    // Read before the scrape's own reads take a connection.
+    let (_, busy) = s.db.readers();
+    let orgs = match header_key(&headers) {
+        Some(key) => {
+            let id = s.check_key(budget, key).await?;
+            vec![(id.org_id, id.org_name)]
+        }
+        // The org list is no org's read: it is held to a share of its own.
+        None if s.metrics_keyless => {
+            s.db.read("", budget, |c| {
+                super::keys::orgs(c, super::metrics::MAX_SCRAPED_ORGS)
+            })
+            .await?
+        }
+        None => return Err(NO_KEY),
+    };
+    let now = metabob_wire::util::now_ms();
+    let seen = super::metrics::boards(&s, orgs, now).await?;
+    let body = s.metrics.render(s.db.stats(), busy, &seen, now);
+    Ok(([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], body).into_response())
 }
 
 // anchor: bootstrap

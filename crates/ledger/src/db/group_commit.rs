@@ -2,6 +2,7 @@
 
 use std::sync::Mutex;
 
+use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::Connection;
 
 use super::budget::{Budget, disarm};
@@ -70,6 +71,7 @@ pub(super) fn writer_stopped() -> ApiError {
 pub(super) fn group_commit(
     writer: &Mutex<LiteWriter>,
     mut jobs: tokio::sync::mpsc::Receiver<Box<dyn Job>>,
+    batches: &Histogram,
 ) {
     while let Some(first) = jobs.blocking_recv() {
         let mut w = lock(writer);
@@ -80,7 +82,9 @@ pub(super) fn group_commit(
                 Err(_) => break,
             }
         }
-        commit_batch(&mut w, batch);
+        if let Some(committed) = commit_batch(&mut w, batch) {
+            batches.observe(committed as f64);
+        }
     }
 }
 
@@ -89,7 +93,8 @@ fn savepoint(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
-fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) {
+/// Runs and commits one batch; the number of writes the commit held, when it committed any.
+fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) -> Option<usize> {
     let mut waiting: std::collections::VecDeque<Box<dyn Job>> = batch.into();
     // A panic in an earlier batch may have left its transaction open; it was never answered.
     if !lw.conn.is_autocommit() {
@@ -100,7 +105,7 @@ fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) {
         for job in waiting {
             job.answer(Some(write_failure(&e)));
         }
-        return;
+        return None;
     }
     let mut done: Vec<Box<dyn Job>> = Vec::with_capacity(waiting.len());
     while let Some(mut job) = waiting.pop_front() {
@@ -128,7 +133,7 @@ fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) {
                 for job in done.into_iter().chain(waiting) {
                     job.answer(Some(ApiError::Database));
                 }
-                return;
+                return None;
             }
             for earlier in done.drain(..).rev() {
                 waiting.push_front(earlier);
@@ -157,9 +162,11 @@ fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) {
             Some(e)
         }
     };
+    let committed = (failed.is_none() && !done.is_empty()).then_some(done.len());
     for job in done {
         job.answer(failed.as_ref().map(write_failure));
     }
+    committed
 }
 
 /// What a write's caller hears when the transaction around it failed: a full disk by name

@@ -18,6 +18,8 @@ mod tests;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::errors::{ApiError, LedgerError};
@@ -144,6 +146,26 @@ struct Inner {
     at: Location,
     backend: Backend,
     readers: Pool,
+    stats: DbStats,
+}
+
+/// What the store counts as it writes, for `/metrics`: shared handles, cloned into each scrape.
+#[derive(Clone)]
+pub struct DbStats {
+    /// Writes committed (answered `Ok`).
+    pub writes: Counter,
+    /// Writes in each SQLite group commit; empty on PostgreSQL, where each write commits alone.
+    pub batches: Histogram,
+}
+
+impl Default for DbStats {
+    fn default() -> Self {
+        DbStats {
+            writes: Counter::default(),
+            // 1 to 512, the most one commit holds.
+            batches: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+        }
+    }
 }
 
 /// Shared handle to the ledger's store for the server: writes go through one writer (SQLite,
@@ -166,6 +188,7 @@ impl Db {
     /// schema up to date.
     pub fn open(at: &Location, readers: usize) -> Result<Db, LedgerError> {
         let size = readers.max(1);
+        let stats = DbStats::default();
         let (backend, idle) = match at {
             Location::Sqlite(data) => {
                 let writer = open_connection(data)?;
@@ -183,9 +206,10 @@ impl Db {
                 }));
                 let (queue, jobs) = tokio::sync::mpsc::channel(QUEUED_WRITES);
                 let committer = writer.clone();
+                let batches = stats.batches.clone();
                 std::thread::Builder::new()
                     .name("ledger-writer".into())
-                    .spawn(move || group_commit(&committer, jobs))
+                    .spawn(move || group_commit(&committer, jobs, &batches))
                     .map_err(|source| LedgerError::Io {
                         path: path.clone(),
                         source,
@@ -221,6 +245,7 @@ impl Db {
             at: at.clone(),
             backend,
             readers: Pool::new(idle),
+            stats,
         })))
     }
 
@@ -240,6 +265,10 @@ impl Db {
         self.0.at.shown()
     }
 
+    pub fn stats(&self) -> &DbStats {
+        &self.0.stats
+    }
+
     /// The read pool's size and how many of its connections are lent out right now.
     pub fn readers(&self) -> (usize, usize) {
         let r = &self.0.readers;
@@ -256,7 +285,19 @@ impl Db {
     /// deadlock with another replica's write is run again), so it must be a pure function of
     /// its input and the database; only the answer of the run that was committed is given.
     // anchor: db-write
-    pub async fn write<T, F>(&self, budget: Budget, mut f: F) -> Result<T, ApiError>
+    pub async fn write<T, F>(&self, budget: Budget, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Writer<'_>) -> Result<T, ApiError> + Send + 'static,
+    {
+        let out = self.write_uncounted(budget, f).await;
+        if out.is_ok() {
+            self.0.stats.writes.inc();
+        }
+        out
+    }
+
+    async fn write_uncounted<T, F>(&self, budget: Budget, mut f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnMut(&mut Writer<'_>) -> Result<T, ApiError> + Send + 'static,
