@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A standing fleet from examples/fleet/compose.yaml, one command per step:
+# A standing fleet from examples/fleet/compose.yaml (or, with FLEET_ENGINE=swarm, the Docker
+# stack examples/swarm/stack.yaml), one command per step:
 #
 #   scripts/fleet.sh up N [ORIGIN]   build what is missing, serve ORIGIN's repository (a bare
 #                                    clone; default a demo repository made from examples/demo)
@@ -14,20 +15,29 @@
 #                                    containers, the ledger's volume, the key and the copies
 #
 # Environment:
+#   FLEET_ENGINE   compose (default): one host, Docker compose; swarm: a stack on the Swarm this
+#                  engine manages (`docker swarm init` first), cells spread over its nodes; `up`
+#                  deploys with no cells, hands them the key as a Swarm secret and scales them to
+#                  N, `record` and `status` run in a one-off container on the stack's network,
+#                  and `down` removes the stack and waits until its services, containers and
+#                  network are gone, then removes its volume
 #   METABOB_BIN    a metabob-mcp binary to put in the images (default: cargo build --release)
 #   BASE_IMAGE     the images' base (default: debian:bookworm-slim when the engine has it, else
 #                  the offline base from images/base/build.sh)
 #   HARNESS        the cells' harness (default: examples/fleet/harness.sh)
-#   FLEET_PROJECT  the compose project name (default metabob-fleet)
-#   FLEET_STATE    where the fleet's key is kept between steps (default target/fleet); give each
-#                  fleet on one host its own, with its own FLEET_PROJECT
-#   FLEET_WAIT     seconds `up` waits for the ledger to be healthy (default 120)
+#   FLEET_PROJECT  the compose project name, or the stack's (default metabob-fleet; under swarm
+#                  metabob-swarm, so the two engines' volumes never share a name)
+#   FLEET_STATE    where the fleet's key is kept between steps (default target/fleet; under swarm
+#                  target/fleet-swarm, which also holds the image context and the repositories);
+#                  give each fleet on one host its own, with its own FLEET_PROJECT
+#   FLEET_WAIT     seconds `up` waits for the ledger to be healthy (default 120); under swarm
+#                  also for the N cells to run, and `down` for the stack to be gone
+#   CELL_IMAGE, LEDGER_IMAGE  under swarm, the images' names (default metabob-cell:latest and
+#                  metabob-ledger:latest); across hosts, names in a registry every node reaches
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=$repo/examples/fleet
-state=${FLEET_STATE:-$repo/target/fleet}
-project=${FLEET_PROJECT:-metabob-fleet}
 origin_url=git://git/app.git
 
 log() { echo "fleet.sh: $*" >&2; }
@@ -35,6 +45,23 @@ die() {
     log "$*"
     exit 1
 }
+
+engine=${FLEET_ENGINE:-compose}
+case $engine in
+compose)
+    state=${FLEET_STATE:-$repo/target/fleet}
+    project=${FLEET_PROJECT:-metabob-fleet}
+    repos=$dir/repos
+    ;;
+swarm)
+    # Apart from the compose fleet's files, so the two engines can run side by side from one
+    # checkout.
+    state=${FLEET_STATE:-$repo/target/fleet-swarm}
+    project=${FLEET_PROJECT:-metabob-swarm}
+    repos=$state/repos
+    ;;
+*) die "FLEET_ENGINE is '$engine', which is no engine; set it to compose (the default) or swarm" ;;
+esac
 
 # Docker's compose plugin (`docker compose`), which most installs now carry, else the standalone
 # `docker-compose`.
@@ -58,6 +85,10 @@ key() {
 
 # A one-off cell container attached with the fleet's key, running metabob-mcp.
 mb() {
+    if [ "$engine" = swarm ]; then
+        swarm_mb "$@"
+        return
+    fi
     compose run --rm -T --no-deps -e METABOB_API_KEY="$(key)" --entrypoint metabob-mcp cell "$@"
 }
 
@@ -74,10 +105,10 @@ base_image() {
 # The repository the cells work on, as a bare clone under repos/ (git daemon serves it).
 serve_repository() {
     local origin=$1
-    rm -rf "$dir/repos/app.git"
-    mkdir -p "$dir/repos"
+    rm -rf "$repos/app.git"
+    mkdir -p "$repos"
     if [ -n "$origin" ]; then
-        git clone -q --bare "$origin" "$dir/repos/app.git"
+        git clone -q --bare "$origin" "$repos/app.git"
         return
     fi
     local demo
@@ -87,7 +118,7 @@ serve_repository() {
     git -C "$demo" add -A
     git -C "$demo" -c user.name=fleet -c user.email=fleet@metabob.invalid \
         commit -q -m "demo repository"
-    git clone -q --bare "$demo" "$dir/repos/app.git"
+    git clone -q --bare "$demo" "$repos/app.git"
     rm -rf "$demo"
 }
 
@@ -102,18 +133,28 @@ wait_healthy() {
     done
 }
 
-up() {
-    local n=${1:-}
-    local origin=${2:-}
-    [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "up needs the number of cells: scripts/fleet.sh up N [ORIGIN]"
-    [ ${#compose_cmd[@]} -gt 0 ] || compose version
-    local bin=${METABOB_BIN:-}
+# The binary the images carry, in `bin`.
+release_binary() {
+    bin=${METABOB_BIN:-}
     if [ -z "$bin" ]; then
         log "building the release binary"
         (cd "$repo" && cargo build --release --quiet)
         bin=$repo/target/release/metabob-mcp
     fi
     [ -x "$bin" ] || die "METABOB_BIN=$bin is not an executable"
+}
+
+up() {
+    local n=${1:-}
+    local origin=${2:-}
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "up needs the number of cells: scripts/fleet.sh up N [ORIGIN]"
+    if [ "$engine" = swarm ]; then
+        swarm_up "$n" "$origin"
+        return
+    fi
+    [ ${#compose_cmd[@]} -gt 0 ] || compose version
+    local bin
+    release_binary
     mkdir -p "$dir/context" "$state"
     cp "$bin" "$dir/context/metabob-mcp"
     cp "$repo/entrypoint/cell-entrypoint" "$dir/context/cell-entrypoint"
@@ -146,8 +187,154 @@ status() {
 }
 
 down() {
+    if [ "$engine" = swarm ]; then
+        swarm_down
+        return
+    fi
     compose down -v --remove-orphans >&2 || true
     rm -rf "$state" "$dir/context" "$dir/repos"
+    log "the fleet is down"
+}
+
+# --- FLEET_ENGINE=swarm: examples/swarm/stack.yaml on the Swarm this engine manages ---
+
+stack_file=$repo/examples/swarm/stack.yaml
+cell_image=${CELL_IMAGE:-metabob-cell:latest}
+ledger_image=${LEDGER_IMAGE:-metabob-ledger:latest}
+network=${project}_fleet
+# Stack deploy labels everything it makes (services, their containers, networks, volumes)
+# with the stack's name; the key's secret gets the label too, so `docker stack rm` takes it.
+stack_label=com.docker.stack.namespace=$project
+fleet_wait=${FLEET_WAIT:-120}
+
+# Stacks are deployed, and secrets made, only through a manager of an active swarm.
+require_swarm() {
+    local node
+    node=$(docker info --format '{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}}' 2>/dev/null) \
+        || die "the Docker engine does not answer (docker info failed); start it, or point DOCKER_HOST at it"
+    case $node in
+    "active true") ;;
+    active*) die "this Docker engine is a swarm worker; run scripts/fleet.sh on a manager (docker node ls lists them)" ;;
+    inactive*) die "this Docker engine is not in a swarm; run: docker swarm init" ;;
+    *) die "this Docker engine's swarm is ${node%% *}; see: docker info" ;;
+    esac
+}
+
+# The running container of the ledger's task on this node (it is pinned to a manager).
+ledger_container() {
+    docker ps -q --filter "label=com.docker.swarm.service.name=${project}_ledger" \
+        --filter status=running | head -n 1
+}
+
+running_cells() {
+    docker service ps --filter desired-state=running --format '{{.CurrentState}}' \
+        "${project}_cell" 2>/dev/null | grep -c '^Running' || true
+}
+
+# The image context lives under the fleet's state, not examples/fleet/context: a compose fleet
+# of the same checkout rewrites and removes that one.
+build_swarm_images() {
+    local ctx=$state/context
+    mkdir -p "$ctx"
+    cp "$bin" "$ctx/metabob-mcp"
+    cp "$repo/entrypoint/cell-entrypoint" "$ctx/cell-entrypoint"
+    log "building the images on $BASE_IMAGE"
+    docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -f "$repo/images/ledger/Dockerfile" \
+        -t "$ledger_image" "$ctx" >&2
+    docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -f "$repo/images/cell/Dockerfile" \
+        -t "$cell_image" "$ctx" >&2
+}
+
+swarm_up() {
+    local n=$1 origin=$2 id deadline
+    require_swarm
+    if docker stack ls --format '{{.Name}}' | grep -qFx -- "$project"; then
+        die "a stack named $project is up already; run: FLEET_ENGINE=swarm scripts/fleet.sh down (or set FLEET_PROJECT)"
+    fi
+    # The git service bind-mounts the repositories, and Swarm takes only absolute paths.
+    mkdir -p "$state"
+    state=$(cd "$state" && pwd)
+    repos=$state/repos
+    local bin
+    release_binary
+    serve_repository "$origin"
+    BASE_IMAGE=$(base_image)
+    export BASE_IMAGE
+    build_swarm_images
+
+    # No cells yet: their key is made by the ledger, which is not up before the deploy.
+    FLEET_REPOS=$repos FLEET_CELLS=0 LEDGER_IMAGE=$ledger_image CELL_IMAGE=$cell_image \
+        ON_EMPTY=wait ORIGIN=$origin_url \
+        docker stack deploy -c "$stack_file" --resolve-image never "$project" >&2
+
+    deadline=$((SECONDS + fleet_wait))
+    until id=$(ledger_container) && [ -n "$id" ] \
+        && [ "$(docker inspect -f '{{.State.Health.Status}}' "$id" 2>/dev/null)" = healthy ]; do
+        [ "$SECONDS" -lt "$deadline" ] \
+            || die "the ledger is not healthy after ${fleet_wait}s; see: docker service ps --no-trunc ${project}_ledger; docker service logs ${project}_ledger"
+        sleep 1
+    done
+    docker exec "$id" metabob-mcp ledger key create --data /data --org default \
+        --scopes read,write --label fleet.sh --json \
+        | sed -n 's/.*"key": "\(.*\)".*/\1/p' >"$state/key"
+    [ -s "$state/key" ] || die "creating the cells' key failed; see: docker service logs ${project}_ledger"
+
+    # A secret left by a run that died before its `down`; no stack uses it (checked above).
+    docker secret rm "${project}_key" >/dev/null 2>&1 || true
+    # printf is a builtin: the key is on no command line.
+    printf '{"metabob": {"apiKey": "%s"}}\n' "$(key)" \
+        | docker secret create --label "$stack_label" "${project}_key" - >/dev/null \
+        || die "creating the secret ${project}_key failed; see: docker secret ls"
+    docker service update --quiet --detach \
+        --secret-add "source=${project}_key,target=metabob-config" \
+        --replicas "$n" "${project}_cell" >/dev/null
+    deadline=$((SECONDS + fleet_wait))
+    until [ "$(running_cells)" -ge "$n" ]; do
+        [ "$SECONDS" -lt "$deadline" ] \
+            || die "$(running_cells) of $n cells are running after ${fleet_wait}s; see: docker service ps --no-trunc ${project}_cell"
+        sleep 1
+    done
+    log "$n cells are up on $origin_url; record tasks with: FLEET_ENGINE=swarm scripts/fleet.sh record --summary TEXT --file PATH"
+}
+
+# A one-off cell container on the stack's attachable network; the key goes in by name, not value.
+swarm_mb() {
+    local k
+    k=$(key)
+    docker network inspect "$network" >/dev/null 2>&1 \
+        || die "the stack's network $network is gone; run: FLEET_ENGINE=swarm scripts/fleet.sh down, then up N"
+    METABOB_API_KEY=$k docker run --rm --network "$network" -e METABOB_API_KEY \
+        -e DISCOVERY_ENDPOINT=http://ledger:18100 --entrypoint metabob-mcp "$cell_image" "$@"
+}
+
+# Everything the stack made, one name per line.
+stack_leftovers() {
+    docker service ls -q --filter "label=$stack_label"
+    docker ps -aq --filter "label=$stack_label"
+    docker network ls -q --filter "label=$stack_label"
+}
+
+swarm_down() {
+    local deadline=$((SECONDS + fleet_wait)) left
+    if [ "$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)" = active ]; then
+        # Removing a service stops its tasks with TERM: each cell gives its claim back.
+        docker stack rm "$project" >/dev/null 2>&1 || true
+        until [ -z "$(stack_leftovers)" ]; do
+            [ "$SECONDS" -lt "$deadline" ] \
+                || die "the stack $project is not gone after ${fleet_wait}s; see: docker stack ps $project"
+            sleep 1
+        done
+        docker secret rm "${project}_key" >/dev/null 2>&1 || true
+    fi
+    # A volume stays busy for a moment after the last container using it is removed.
+    until left=$(docker volume ls -q --filter "label=$stack_label") && [ -z "$left" ]; do
+        # shellcheck disable=SC2086 # one volume name per word
+        docker volume rm $left >/dev/null 2>&1 || true
+        [ "$SECONDS" -lt "$deadline" ] \
+            || die "the volumes $(echo $left) are still there after ${fleet_wait}s; see: docker volume inspect $(echo $left)"
+        sleep 1
+    done
+    rm -rf "$state"
     log "the fleet is down"
 }
 

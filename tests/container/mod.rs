@@ -11,6 +11,7 @@ mod failing;
 mod fleet_sh;
 mod outages;
 mod postgres;
+mod swarm;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
