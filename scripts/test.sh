@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v openssl >/dev/null || missing+=(openssl)
 command -v tinyproxy >/dev/null || missing+=(tinyproxy)
+# A real Prometheus scrapes a ledger (tests/ledger/prometheus.rs).
+command -v prometheus >/dev/null || missing+=(prometheus)
 # The board test (tests/board.rs) loads /board in a real headless Chromium.
 command -v chromium >/dev/null || missing+=(chromium)
 # The ledger's tests run a second time on a real PostgreSQL cluster (tests/support/pg.rs).

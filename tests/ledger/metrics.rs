@@ -1,11 +1,17 @@
-//! `GET /metrics`: the families a scrape shows, task gauges equal to `task list`, and no org's
-//! repository names shown to another org's key.
+//! `GET /metrics`: the families a scrape shows, task gauges equal to `task list`, no org's
+//! repository names shown to another org's key, and no keyless scrape off loopback. A real
+//! Prometheus scraping it is in `prometheus.rs`.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::TestEnv;
+use super::http;
+use super::prometheus::get;
+use crate::support::{Reaped, TestEnv};
 
 /// `name{labels} value` lines of one family, as (labels, value).
 fn samples(text: &str, name: &str) -> BTreeMap<String, f64> {
@@ -88,4 +94,62 @@ fn metrics_show_the_boards_tasks_per_state_and_hide_other_orgs_repositories() {
     let (status, text) = l.http("GET", "/metrics", Some("mb_live_0000"), "");
     assert_eq!(status, 401, "{text}");
     assert!(!text.contains("mb_live_0000"), "{text}");
+}
+
+/// Keyless scraping is allowed by the address the ledger listens on, not by where a request
+/// comes from: a ledger on every interface can be reached from other hosts, so even a request
+/// over its loopback interface must bring a key.
+#[test]
+fn keyless_metrics_are_refused_on_a_listener_that_is_not_loopback() {
+    let env = TestEnv::new();
+    // The TestEnv's ledgers listen on loopback; this one makes the store and its key, then
+    // gives the store over to a ledger listening on 0.0.0.0.
+    let first = env.ledger("wildcard", &[]);
+    let (_, key) = first.create_key(&env, "default", "read");
+    let store = first.store_args();
+    drop(first);
+    let mut child = env
+        .cmd(&[
+            "ledger",
+            "serve",
+            &store[0],
+            &store[1],
+            "--listen",
+            "0.0.0.0:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn ledger serve");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let _ledger = Reaped(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = tx.send(line);
+        }
+        // Drained, so the ledger never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the ledger printed its address within 30 s");
+    let port = line
+        .strip_prefix("metabob-ledger listening on http://0.0.0.0:")
+        .unwrap_or_else(|| panic!("not listening on 0.0.0.0: {line}"));
+    let url = format!("http://127.0.0.1:{port}");
+
+    let (status, body) = http(&url, "GET", "/metrics", None, None);
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"], "key_rejected", "{body}");
+    // The refusal is /metrics' own: the same listener answers what needs no key.
+    let (status, body) = http(&url, "GET", "/health", None, None);
+    assert_eq!(status, 200, "{body}");
+    // With a key, as Prometheus sends one (`authorization: credentials`), it is served.
+    let bearer = format!("Bearer {key}");
+    let (status, text) =
+        get(&format!("127.0.0.1:{port}"), "/metrics", Some(&bearer)).expect("GET /metrics");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("metabob_cells{org=\"default\""), "{text}");
 }

@@ -6,6 +6,7 @@ mod access;
 mod durability;
 mod limits;
 mod metrics;
+mod prometheus;
 mod shapes;
 
 use std::io::{Read, Write};
