@@ -18,6 +18,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The official Python MCP SDK (a third-party client) and pyyaml, in a venv the tests use: the agent
+# recipes' stand-in (tests/recipes.rs) and the CI examples' parsing run on this interpreter.
+venv=target/mcp-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check mcp pyyaml
+export METABOB_TEST_PYTHON=$PWD/$venv/bin/python
 cargo test --locked --workspace --lib --test runner "$@"
 # Nothing may lean on this machine's git identity or config: the git tests run again with an
 # empty HOME, as on a fresh CI runner or in a new container.
@@ -33,7 +39,4 @@ env HOME="$empty_home" XDG_CONFIG_HOME="$empty_home/.config" GIT_CONFIG_NOSYSTEM
 METABOB_TEST_STORE=postgres cargo test --locked --test runner -- \
   ledger:: take:: concepts:: parking:: hostile::rows_at soak:: attach::a_revoked_key --skip goals_ledger::
 # A third-party MCP client: the official Python SDK drives the binary the tests built.
-venv=target/mcp-venv
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check mcp
 "$venv/bin/python" scripts/mcp_smoke.py "${CARGO_TARGET_DIR:-target}/debug/metabob-mcp" .

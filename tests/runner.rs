@@ -28,6 +28,7 @@ mod output;
 mod parking;
 mod quickstart;
 mod readme;
+mod recipes;
 mod refs;
 mod soak;
 mod spec;
