@@ -1,9 +1,9 @@
 //! Claims held and given back: docker stop releases, a killed cell resumes, and a claim that
 //! passed to another cell stops the first one's push or its harness.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{closed_in, kill, logs, wait_log, world};
+use super::{closed_in, exec, kill, logs, wait_for, wait_log, world};
 
 #[test]
 fn docker_stop_releases_the_claim_and_the_task_is_free_at_once() {
@@ -36,6 +36,11 @@ fn a_killed_cell_restarted_resumes_its_task_and_a_lapsed_claim_goes_to_another_c
     let slow_once = "if [ ! -e /tmp/once ]; then touch /tmp/once; sleep 600; fi; sh /harness.sh";
     let a = w.cell("cella", slow_once, &[("CLAIM_MINUTES", "1")]);
     wait_log(&a, "pulled ");
+    // "pulled" is logged before the harness starts: killed before it left its mark, the
+    // restarted cell would hang once more instead of fixing.
+    wait_for("cell a's harness to start", Duration::from_secs(60), || {
+        exec(&a, &["test", "-e", "/tmp/once"]).code == 0
+    });
     let first = logs(&a);
     kill(&a);
     let held = w
