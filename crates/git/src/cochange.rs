@@ -1,68 +1,292 @@
 //! Co-change from git history (SPEC.md §Co-change): which files changed in the same commits as
 //! the given ones, over the recent history, for `predict_cochanges` and the context tools.
+//!
+//! The history is mined once into a [`CochangeIndex`] (each commit of the window and the paths
+//! it changed), which the MCP server keeps on disk beside the code index. A later call extends
+//! it with the commits HEAD gained and reads the rest back, so a question about a repository
+//! whose HEAD has not moved reads no git object at all.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{GitError, Repo, read_err};
 
-/// One tree entry: its id and mode.
-type Entry = (gix::ObjectId, gix::objs::tree::EntryMode);
+/// How far back the history is read.
+pub const HISTORY_DEPTH: usize = 500;
+/// A commit touching more files than this is a sweep (a rename, a format run), not evidence.
+pub const MAX_FILES_PER_COMMIT: usize = 30;
+/// Bumped whenever the stored index's layout or what a commit's entry means changes.
+pub const COCHANGE_INDEX_VERSION: u32 = 1;
+/// A window of 500 commits is a few hundred kilobytes even with sweeps over large trees; a file
+/// past this was not written by us and is discarded unread.
+const MAX_INDEX_BYTES: u64 = 256 << 20;
 
-/// Answers "did this path change between two trees?" the way a pathspec-limited diff does: a
-/// level whose subtree ids are equal is not opened. Each (tree, name) lookup is kept, since a
-/// commit's tree is the next older commit's parent tree.
-#[derive(Default)]
-struct PathProbe {
-    seen: HashMap<(gix::ObjectId, String), Option<Entry>>,
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cochange {
+    pub file: String,
+    /// The share of the given files' commits that also touched this file.
+    pub confidence: f64,
+    /// How many of those commits touched it.
+    pub commits: usize,
 }
 
-impl PathProbe {
-    fn child(
-        &mut self,
-        repo: &Repo,
-        tree: gix::ObjectId,
-        name: &str,
-    ) -> Result<Option<Entry>, GitError> {
-        if let Some(e) = self.seen.get(&(tree, name.to_string())) {
-            return Ok(*e);
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CochangeReport {
+    pub predictions: Vec<Cochange>,
+    /// Commits (within the window, sweeps left out) that touched a given file.
+    pub given_commits: usize,
+    /// Commits read, and how many of those touching a given file were left out as sweeps.
+    pub scanned: usize,
+    pub skipped_sweeps: usize,
+}
+
+/// One commit of the window: its id and the paths it changed against its first parent, as
+/// indexes into [`CochangeIndex::paths`], ascending.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Mined {
+    id: [u8; 20],
+    files: Vec<u32>,
+}
+
+/// The mined window of one repository's history (anchor: CochangeIndex): the newest
+/// [`HISTORY_DEPTH`] commits from `head`, newest first, each with the paths it changed. Paths
+/// are stored once each and named by number, which keeps the file small and a question a scan
+/// of integers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CochangeIndex {
+    version: u32,
+    /// The window's shape; an index mined with other constants is rebuilt, not reused.
+    depth: u32,
+    head: [u8; 20],
+    paths: Vec<String>,
+    commits: Vec<Mined>,
+}
+
+/// Why a stored index was not used as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Discarded {
+    #[error("missing")]
+    Missing,
+    #[error("unreadable({0})")]
+    Unreadable(String),
+    #[error("version({found}, {expected})")]
+    Version { found: u32, expected: u32 },
+    #[error("corrupt({0})")]
+    Corrupt(String),
+}
+
+/// What bringing an index up to HEAD took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refresh {
+    /// HEAD has not moved: nothing was read.
+    Current,
+    /// HEAD moved forward: only the commits the window gained were diffed.
+    Extended { diffed: usize },
+    /// There was no usable index, or the one stored no longer describes an ancestor of HEAD
+    /// (the history was rewritten): every commit of the window was diffed.
+    Rebuilt { diffed: usize },
+    /// An unborn branch: there is no history to mine.
+    NoHistory,
+}
+
+impl CochangeIndex {
+    /// The stored index at `path`, checked for shape; whether it fits the repository is
+    /// [`CochangeIndex::refresh`]'s question.
+    pub fn load(path: &Path) -> Result<CochangeIndex, Discarded> {
+        let bytes = metabob_wire::util::read_bounded_bytes(path, MAX_INDEX_BYTES).map_err(|e| {
+            match e.kind() {
+                std::io::ErrorKind::NotFound => Discarded::Missing,
+                _ => Discarded::Unreadable(e.to_string()),
+            }
+        })?;
+        // The version leads the file, so an index of another version is named as such even
+        // when the rest no longer decodes.
+        let (found, _) = postcard::take_from_bytes::<u32>(&bytes)
+            .map_err(|e| Discarded::Corrupt(e.to_string()))?;
+        if found != COCHANGE_INDEX_VERSION {
+            return Err(Discarded::Version {
+                found,
+                expected: COCHANGE_INDEX_VERSION,
+            });
         }
-        let t = repo.repo.find_tree(tree).map_err(read_err)?;
-        let e = t.find_entry(name).map(|e| (e.object_id(), e.mode()));
-        self.seen.insert((tree, name.to_string()), e);
-        Ok(e)
+        let index: CochangeIndex =
+            postcard::from_bytes(&bytes).map_err(|e| Discarded::Corrupt(e.to_string()))?;
+        let n = index.paths.len() as u64;
+        let in_range = index.commits.len() <= HISTORY_DEPTH
+            && (index.commits.iter())
+                .all(|c| c.files.is_sorted() && c.files.iter().all(|f| u64::from(*f) < n));
+        if !in_range {
+            return Err(Discarded::Corrupt("a path or commit out of range".into()));
+        }
+        Ok(index)
     }
 
-    /// `old` is `None` for a root commit's (empty) parent tree.
-    fn changed(
-        &mut self,
+    /// Writes the index whole, atomically: a reader sees the old file or the new one.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let bytes = postcard::to_stdvec(self).map_err(std::io::Error::other)?;
+        metabob_wire::util::write_atomic(path, &bytes, Some(0o600))
+    }
+
+    /// The index of `repo`'s HEAD (anchor: cochange_refresh). A `stored` index whose HEAD is an
+    /// ancestor of today's is extended: the walk reads the window's commits, and only those it
+    /// does not hold are diffed. One whose HEAD is not (a rebase, a reset, another branch) is
+    /// dropped and the window mined whole, as is a missing one.
+    pub fn refresh(
         repo: &Repo,
-        old: Option<gix::ObjectId>,
-        new: gix::ObjectId,
-        path: &str,
-    ) -> Result<bool, GitError> {
-        let (mut old, mut new) = (old, new);
-        let mut parts = path.split('/').peekable();
-        while let Some(name) = parts.next() {
-            if old == Some(new) {
-                return Ok(false);
-            }
-            let a = match old {
-                Some(t) => self.child(repo, t, name)?,
-                None => None,
-            };
-            let b = self.child(repo, new, name)?;
-            match (a, b) {
-                (None, None) => return Ok(false),
-                (Some(x), Some(y)) if parts.peek().is_some() && x.1.is_tree() && y.1.is_tree() => {
-                    (old, new) = (Some(x.0), y.0);
-                }
-                (a, b) => return Ok(a != b),
+        stored: Option<CochangeIndex>,
+    ) -> Result<(CochangeIndex, Refresh), GitError> {
+        let empty = || CochangeIndex {
+            version: COCHANGE_INDEX_VERSION,
+            depth: HISTORY_DEPTH as u32,
+            head: [0; 20],
+            paths: Vec::new(),
+            commits: Vec::new(),
+        };
+        let Some(head) = repo.head()? else {
+            return Ok((empty(), Refresh::NoHistory));
+        };
+        let head = repo.must_resolve(&head)?;
+        let stored = stored.filter(|s| s.depth == HISTORY_DEPTH as u32);
+        if let Some(s) = stored.as_ref().filter(|s| s.head == head_bytes(head)) {
+            return Ok((s.clone(), Refresh::Current));
+        }
+        let known = match stored {
+            Some(s) if repo.is_ancestor_id(gix::ObjectId::from(s.head), head)? => Some(s),
+            _ => None,
+        };
+        let extending = known.is_some();
+        let mut reuse: HashMap<[u8; 20], Vec<&str>> = HashMap::new();
+        if let Some(k) = &known {
+            for c in &k.commits {
+                let files = c.files.iter().map(|f| k.paths[*f as usize].as_str());
+                reuse.insert(c.id, files.collect());
             }
         }
-        Ok(old != Some(new))
+
+        let walk = repo
+            .repo
+            .rev_walk([head])
+            .sorting(super::newest_first())
+            .all()
+            .map_err(read_err)?;
+        let mut out = empty();
+        out.head = head_bytes(head);
+        let mut ids: HashMap<String, u32> = HashMap::new();
+        let mut trees = HashMap::new();
+        let mut diffed = 0;
+        let mut scratch = Vec::new();
+        for info in walk.take(HISTORY_DEPTH) {
+            let info = info.map_err(read_err)?;
+            let id = head_bytes(info.id);
+            scratch.clear();
+            match reuse.get(&id) {
+                Some(files) => scratch.extend(files.iter().map(|f| f.to_string())),
+                None => {
+                    // Tree ids only: a commit's parent is the next commit read, so each is
+                    // decoded once.
+                    let new = tree_of(repo, &mut trees, info.id)?;
+                    let old = match info.parent_ids.first() {
+                        Some(p) => Some(tree_of(repo, &mut trees, *p)?),
+                        None => None,
+                    };
+                    repo.changed_paths(old, Some(new), "", &mut scratch)?;
+                    diffed += 1;
+                }
+            }
+            let mut files: Vec<u32> = scratch
+                .drain(..)
+                .map(|p| {
+                    let next = ids.len() as u32;
+                    *ids.entry(p).or_insert(next)
+                })
+                .collect();
+            files.sort_unstable();
+            files.dedup();
+            out.commits.push(Mined { id, files });
+        }
+        out.paths = vec![String::new(); ids.len()];
+        for (p, i) in ids {
+            out.paths[i as usize] = p;
+        }
+        let refresh = if extending {
+            Refresh::Extended { diffed }
+        } else {
+            Refresh::Rebuilt { diffed }
+        };
+        Ok((out, refresh))
     }
+
+    /// The commit this index covers, full sha.
+    pub fn head(&self) -> String {
+        gix::ObjectId::from(self.head).to_string()
+    }
+
+    /// The files that changed with `changed` in the window (anchor: cochange_query). A given
+    /// path names a file, or a directory and everything under it. Among the window's commits
+    /// that touched a given path, sweeps are left out; each other file's count is how many of the
+    /// rest touched it, its confidence that count over the rest.
+    pub fn query(&self, changed: &[String], limit: usize, threshold: f64) -> CochangeReport {
+        let given: Vec<&str> = changed.iter().map(|c| c.trim_end_matches('/')).collect();
+        let names = |p: &str| {
+            given.iter().any(|g| {
+                p == *g || (p.len() > g.len() && p.starts_with(g) && p.as_bytes()[g.len()] == b'/')
+            })
+        };
+        let touching: HashSet<u32> = (self.paths.iter().enumerate())
+            .filter(|(_, p)| names(p))
+            .map(|(i, _)| i as u32)
+            .collect();
+        let mut report = CochangeReport {
+            predictions: Vec::new(),
+            given_commits: 0,
+            scanned: self.commits.len(),
+            skipped_sweeps: 0,
+        };
+        let mut counts: HashMap<u32, usize> = HashMap::new();
+        for c in &self.commits {
+            if !c.files.iter().any(|f| touching.contains(f)) {
+                continue;
+            }
+            if c.files.len() > MAX_FILES_PER_COMMIT {
+                report.skipped_sweeps += 1;
+                continue;
+            }
+            report.given_commits += 1;
+            for f in &c.files {
+                if !changed.contains(&self.paths[*f as usize]) {
+                    *counts.entry(*f).or_default() += 1;
+                }
+            }
+        }
+        let given = report.given_commits.max(1) as f64;
+        let mut predictions: Vec<Cochange> = counts
+            .into_iter()
+            .map(|(file, commits)| Cochange {
+                confidence: commits as f64 / given,
+                file: self.paths[file as usize].clone(),
+                commits,
+            })
+            .filter(|c| c.confidence >= threshold)
+            .collect();
+        predictions.sort_by(|a, b| {
+            b.confidence
+                .total_cmp(&a.confidence)
+                .then(b.commits.cmp(&a.commits))
+                .then(a.file.cmp(&b.file))
+        });
+        predictions.truncate(limit);
+        report.predictions = predictions;
+        report
+    }
+}
+
+fn head_bytes(id: gix::ObjectId) -> [u8; 20] {
+    let mut out = [0; 20];
+    // Every repository this reads is SHA-1 (the `sha1` feature is the only hash built in).
+    out.copy_from_slice(&id.as_bytes()[..20]);
+    out
 }
 
 /// A commit's tree id, read once per commit.
@@ -85,106 +309,22 @@ fn tree_of(
     Ok(t)
 }
 
-/// How far back the history is read.
-pub const HISTORY_DEPTH: usize = 500;
-/// A commit touching more files than this is a sweep (a rename, a format run), not evidence.
-pub const MAX_FILES_PER_COMMIT: usize = 30;
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Cochange {
-    pub file: String,
-    /// The share of the given files' commits that also touched this file.
-    pub confidence: f64,
-    /// How many of those commits touched it.
-    pub commits: usize,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CochangeReport {
-    pub predictions: Vec<Cochange>,
-    /// Commits (within the window, sweeps left out) that touched a given file.
-    pub given_commits: usize,
-    /// Commits read, and how many of those touching a given file were left out as sweeps.
-    pub scanned: usize,
-    pub skipped_sweeps: usize,
-}
-
-/// Mines the newest [`HISTORY_DEPTH`] commits from HEAD (anchor: mine_cochanges). Each commit's
-/// files are its changes against its first parent. A commit is first asked, by path lookups in
-/// its two trees, whether it changed a given file at all; only those that did are diffed whole,
-/// which is what keeps this under `git log --name-only` over the same commits.
+/// Mines the window from HEAD and answers for `changed` (anchor: mine_cochanges), with the
+/// index at `cache` when one is given: read from it when it still fits HEAD, extended or
+/// rebuilt when not, and written back when it changed. A cache that cannot be written costs
+/// only the next call's time, so that failure is returned beside the answer, not instead of it.
 pub fn mine_cochanges(
     repo: &Repo,
+    cache: Option<&Path>,
     changed: &[String],
     limit: usize,
     threshold: f64,
-) -> Result<CochangeReport, GitError> {
-    let mut report = CochangeReport {
-        predictions: Vec::new(),
-        given_commits: 0,
-        scanned: 0,
-        skipped_sweeps: 0,
+) -> Result<(CochangeReport, Option<std::io::Error>), GitError> {
+    let stored = cache.and_then(|p| CochangeIndex::load(p).ok());
+    let (index, refresh) = CochangeIndex::refresh(repo, stored)?;
+    let saved = match (cache, &refresh) {
+        (Some(p), Refresh::Extended { .. } | Refresh::Rebuilt { .. }) => index.save(p).err(),
+        _ => None,
     };
-    let Some(head) = repo.head()? else {
-        return Ok(report);
-    };
-    let head = repo.must_resolve(&head)?;
-    let walk = repo
-        .repo
-        .rev_walk([head])
-        .sorting(super::newest_first())
-        .all()
-        .map_err(read_err)?;
-    let mut counts: HashMap<String, usize> = HashMap::new();
-    let mut probe = PathProbe::default();
-    let mut trees = HashMap::new();
-    for info in walk.take(HISTORY_DEPTH) {
-        let info = info.map_err(read_err)?;
-        report.scanned += 1;
-        // Tree ids only: a commit's parent is the next commit read, so each is decoded once.
-        let new = tree_of(repo, &mut trees, info.id)?;
-        let old = match info.parent_ids.first() {
-            Some(p) => Some(tree_of(repo, &mut trees, *p)?),
-            None => None,
-        };
-        let mut touches = false;
-        for f in changed {
-            if probe.changed(repo, old, new, f)? {
-                touches = true;
-                break;
-            }
-        }
-        if !touches {
-            continue;
-        }
-        let mut files = Vec::new();
-        repo.changed_paths(old, Some(new), "", &mut files)?;
-        if files.len() > MAX_FILES_PER_COMMIT {
-            report.skipped_sweeps += 1;
-            continue;
-        }
-        report.given_commits += 1;
-        for f in files.into_iter().filter(|f| !changed.contains(f)) {
-            *counts.entry(f).or_default() += 1;
-        }
-    }
-    let given = report.given_commits.max(1) as f64;
-    let mut predictions: Vec<Cochange> = counts
-        .into_iter()
-        .map(|(file, commits)| Cochange {
-            confidence: commits as f64 / given,
-            file,
-            commits,
-        })
-        .filter(|c| c.confidence >= threshold)
-        .collect();
-    predictions.sort_by(|a, b| {
-        b.confidence
-            .total_cmp(&a.confidence)
-            .then(b.commits.cmp(&a.commits))
-            .then(a.file.cmp(&b.file))
-    });
-    predictions.truncate(limit);
-    report.predictions = predictions;
-    Ok(report)
+    Ok((index.query(changed, limit, threshold), saved))
 }

@@ -408,7 +408,8 @@ impl Repo {
         prefix: &str,
         out: &mut Vec<String>,
     ) -> Result<(), GitError> {
-        type Entries = Vec<(String, gix::ObjectId, bool)>;
+        // A mode change (a file made executable) is a change, as git lists it.
+        type Entries = Vec<(String, gix::ObjectId, gix::objs::tree::EntryMode)>;
         let entries = |id: Option<gix::ObjectId>| -> Result<Entries, GitError> {
             let Some(id) = id else {
                 return Ok(Vec::new());
@@ -420,7 +421,7 @@ impl Repo {
                     Ok((
                         e.filename().to_str_lossy().into_owned(),
                         e.oid().to_owned(),
-                        e.mode().is_tree(),
+                        e.mode(),
                     ))
                 })
                 .collect()
@@ -440,8 +441,9 @@ impl Repo {
                 continue;
             }
             let path = format!("{prefix}{name}");
-            let sub = |e: Option<(gix::ObjectId, bool)>| e.filter(|e| e.1).map(|e| e.0);
-            let blob = |e: Option<(gix::ObjectId, bool)>| e.is_some_and(|e| !e.1);
+            type Found = Option<(gix::ObjectId, gix::objs::tree::EntryMode)>;
+            let sub = |e: Found| e.filter(|e| e.1.is_tree()).map(|e| e.0);
+            let blob = |e: Found| e.is_some_and(|e| !e.1.is_tree());
             if sub(x).is_some() || sub(y).is_some() {
                 self.changed_paths(sub(x), sub(y), &format!("{path}/"), &mut changed)?;
             }

@@ -138,8 +138,18 @@ impl Ctx {
             .clone()
     }
 
-    /// Where the persisted index of `workspace` lives: keyed by the workspace id.
+    /// Where the persisted code index of `workspace` lives: keyed by the workspace id.
     pub fn index_cache_path(&self, workspace: &Path) -> Option<PathBuf> {
+        self.cache_path("index", workspace, "json")
+    }
+
+    /// Where the persisted co-change index of `workspace`'s history lives, beside its code
+    /// index.
+    pub fn cochange_cache_path(&self, workspace: &Path) -> Option<PathBuf> {
+        self.cache_path("cochange", workspace, "bin")
+    }
+
+    fn cache_path(&self, kind: &str, workspace: &Path, ext: &str) -> Option<PathBuf> {
         let base = match (
             self.env.get("METABOB_CACHE_DIR"),
             self.env.get("XDG_CACHE_HOME"),
@@ -149,8 +159,8 @@ impl Ctx {
             _ => self.env.home()?.join(".cache").join("metabob-mcp"),
         };
         Some(
-            base.join("index")
-                .join(format!("{}.json", workspace_id(workspace))),
+            base.join(kind)
+                .join(format!("{}.{ext}", workspace_id(workspace))),
         )
     }
 }

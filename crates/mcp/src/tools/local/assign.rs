@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::AssignArgs;
-use super::shared::{append_findings, cochanges, relative, with_index};
+use super::shared::{append_findings, cochange_cache, cochanges, relative, with_index};
 use crate::ctx::{Ctx, Here};
 use crate::tools::Reply;
 
@@ -46,7 +46,9 @@ pub async fn assign_git_changes(ctx: &Ctx, here: &Here<'_>, a: AssignArgs) -> Re
         let limit = a.prediction_limit.unwrap_or(5) * 2;
         let root = ws.clone();
         let given = files.clone();
-        match tokio::task::spawn_blocking(move || cochanges(&root, &given, limit, 0.3)).await {
+        let cache = cochange_cache(ctx, &ws);
+        let mined = move || cochanges(cache, &root, &given, limit, 0.3);
+        match tokio::task::spawn_blocking(mined).await {
             Ok(Ok(r)) if !r.predictions.is_empty() => {
                 out.push_str("Co-changes in git history:\n");
                 for p in &r.predictions {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::InitArgs;
-use super::shared::{cochanges, load_persisted, real};
+use super::shared::{cochange_cache, cochanges, load_persisted, real};
 use crate::ctx::{Ctx, Here};
 use crate::tools::Reply;
 use metabob_index::{Index, IndexOptions};
@@ -110,7 +110,13 @@ pub async fn init_workspace(ctx: &Ctx, here: &Here<'_>, a: InitArgs) -> Reply {
     let _ = writeln!(out, "Workspace: {}", ws.display());
     render_indexed(&mut out, &done);
     if !a.recently_changed_files.is_empty() {
-        match cochanges(ws, &a.recently_changed_files, 50, 0.3) {
+        match cochanges(
+            cochange_cache(ctx, ws),
+            ws,
+            &a.recently_changed_files,
+            50,
+            0.3,
+        ) {
             Ok(r) => {
                 let _ = writeln!(
                     out,

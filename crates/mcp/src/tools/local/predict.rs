@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::CochangeArgs;
-use super::shared::{append_findings, cochanges};
+use super::shared::{append_findings, cochange_cache, cochanges};
 use crate::ctx::{Ctx, Here};
 use crate::tools::Reply;
 
@@ -13,8 +13,10 @@ pub async fn predict_cochanges(ctx: &Ctx, here: &Here<'_>, a: CochangeArgs) -> R
     let threshold = a.confidence_threshold.unwrap_or(0.3);
     let files = a.changed_files.clone();
     let root = ws.clone();
+    let cache = cochange_cache(ctx, &ws);
     let mined =
-        tokio::task::spawn_blocking(move || cochanges(&root, &files, limit, threshold)).await;
+        tokio::task::spawn_blocking(move || cochanges(cache, &root, &files, limit, threshold))
+            .await;
     let mut out = String::new();
     match mined {
         Err(e) => return Reply::error(format!("predict_cochanges: {e}")),

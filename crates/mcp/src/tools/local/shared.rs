@@ -60,10 +60,17 @@ pub(super) fn load_persisted(
     }
 }
 
+/// Where `ws`'s co-change index is kept.
+pub(super) fn cochange_cache(ctx: &Ctx, ws: &Path) -> Option<PathBuf> {
+    ctx.cochange_cache_path(&real(ws))
+}
+
 const NO_INDEX: &str = "No code graph for this workspace yet: run init_workspace first.";
 
-/// Git co-change for workspace files; the error line says why there is none.
+/// Git co-change for workspace files, through the persisted co-change index at `cache` (see
+/// [`cochange_cache`]); the error line says why there is none.
 pub(super) fn cochanges(
+    cache: Option<PathBuf>,
     ws: &Path,
     files: &[String],
     limit: usize,
@@ -73,7 +80,12 @@ pub(super) fn cochanges(
         .map_err(|e| format!("git did not answer ({e})"))?
         .ok_or_else(|| "not a git repository, so there is no history to mine".to_string())?;
     let mapped = repo.workspace_paths(ws, files);
-    mine_cochanges(&repo, &mapped, limit, threshold).map_err(|e| format!("git: {e}"))
+    let (report, unsaved) = mine_cochanges(&repo, cache.as_deref(), &mapped, limit, threshold)
+        .map_err(|e| format!("git: {e}"))?;
+    if let Some(e) = unsaved {
+        tracing::debug!("the co-change index was not saved: {e}");
+    }
+    Ok(report)
 }
 /// The code graph's size in one line, or why there is none.
 pub fn graph_line(ctx: &Ctx, ws: &Path) -> String {

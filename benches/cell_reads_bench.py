@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The cell's own reads against their git floors, and against a baseline build, in one run.
+
+Usage: benches/cell_reads_bench.py OURS_BINARY [--baseline BASELINE_BINARY] [--runs 11]
+
+  1. `tool call predict_cochanges` over a generated 5,000-commit history, a fresh process
+     each time, with an empty cache and with the cache an earlier process left, against
+     `git log --name-only -n 500` on the same repository;
+  2. the persisted code index of the Python standard library: its size on disk, and
+     `tool call analyze_impact` answered from it (a warm restart);
+  3. `metabob-mcp serve` start to the initialize answer.
+
+Each measurement alternates ours, the baseline build and git, run by run; medians in ms. Prints
+a JSON object. Nothing is asserted.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sysconfig
+import tempfile
+import time
+
+
+def timed(cmd, env, cwd=None):
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=cwd)
+    return time.perf_counter() - t
+
+
+def history(root, commits, files=300):
+    """A repository whose commits each touch 2-4 of `files` files (some pairs together more
+    often), written with fast-import and repacked as a clone holds it."""
+    subprocess.run(["git", "init", "-q", "-b", "main", root], check=True)
+    rnd = random.Random(7)
+    names = [f"src/mod{i // 30}/file{i}.py" for i in range(files)]
+    stream = []
+    for c in range(commits):
+        touched = rnd.sample(names, rnd.randint(2, 4)) if c else names
+        if c and rnd.random() < 0.3:
+            touched = [names[0], names[1]] + touched[:1]
+        stream.append(f"commit refs/heads/main\ncommitter B <b@x> {1700000000 + c * 60} +0000\n")
+        msg = f"change {c}\n"
+        stream.append(f"data {len(msg)}\n{msg}")
+        for n in dict.fromkeys(touched):
+            body = f"# {n} at {c}\nvalue = {c}\n"
+            stream.append(f"M 100644 inline {n}\ndata {len(body)}\n{body}")
+        stream.append("\n")
+    subprocess.run(["git", "fast-import", "--quiet"], input="".join(stream).encode(), cwd=root, check=True)
+    subprocess.run(["git", "repack", "-adq"], cwd=root, check=True)
+    subprocess.run(["git", "checkout", "-q", "main"], cwd=root, check=True)
+    return names
+
+
+def start_to_initialize(binary, env, cwd):
+    t = time.perf_counter()
+    p = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, env=env, cwd=cwd, text=True, bufsize=1)
+    p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"}}}) + "\n")
+    p.stdin.flush()
+    p.stdout.readline()
+    dt = time.perf_counter() - t
+    p.stdin.close()
+    p.wait()
+    return dt
+
+
+def alternate(runs, sides):
+    """{name: median ms}, the sides run one after another in each round."""
+    got = {name: [] for name in sides}
+    for _ in range(runs):
+        for name, f in sides.items():
+            got[name].append(f())
+    return {name: round(statistics.median(xs) * 1000, 2) for name, xs in got.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ours")
+    ap.add_argument("--baseline")
+    ap.add_argument("--runs", type=int, default=11)
+    ap.add_argument("--commits", type=int, default=5000)
+    a = ap.parse_args()
+    bins = {"ours": os.path.abspath(a.ours)}
+    if a.baseline:
+        bins["baseline"] = os.path.abspath(a.baseline)
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="cell-reads-bench-") as tmp:
+        base = {"HOME": tmp, "PATH": os.environ["PATH"], "METABOB_NO_SYSTEM_CA": "1",
+                "RUST_LOG": "error", "GIT_CONFIG_NOSYSTEM": "1"}
+        caches = {name: os.path.join(tmp, f"cache-{name}") for name in bins}
+        env = {name: dict(base, METABOB_CACHE_DIR=caches[name]) for name in bins}
+
+        repo = os.path.join(tmp, "history")
+        names = history(repo, a.commits)
+        args = json.dumps({"changed_files": [names[5]]})
+
+        def cochange(name, cold):
+            def run():
+                if cold:
+                    shutil.rmtree(caches[name], ignore_errors=True)
+                return timed([bins[name], "tool", "call", "predict_cochanges", "--args", args],
+                             dict(env[name], WORKSPACE_PATH=repo))
+            return run
+
+        # The answers must agree before any time is worth reading.
+        answers = {name: subprocess.run([b, "tool", "call", "predict_cochanges", "--args", args],
+                                        env=dict(env[name], WORKSPACE_PATH=repo), check=True,
+                                        capture_output=True, text=True).stdout
+                   for name, b in bins.items()}
+        if len(set(answers.values())) != 1:
+            raise SystemExit(f"predict_cochanges answers differ: {answers}")
+        git_log = lambda: timed(["git", "log", "--name-only", "-n", "500"], base, repo)
+        sides = {"git_log_name_only_500": git_log}
+        sides.update({f"{name}_cold": cochange(name, True) for name in bins})
+        out["cochange_cold_ms"] = alternate(a.runs, sides)
+        sides = {"git_log_name_only_500": git_log}
+        sides.update({f"{name}_warm": cochange(name, False) for name in bins})
+        out["cochange_warm_ms"] = alternate(a.runs, sides)
+
+        stdlib = sysconfig.get_paths()["stdlib"]
+        sizes = {}
+        for name, b in bins.items():
+            subprocess.run([b, "tool", "call", "init_workspace", "--args",
+                            json.dumps({"workspace_path": stdlib})], env=env[name], check=True,
+                           stdout=subprocess.DEVNULL)
+            idx = os.path.join(caches[name], "index")
+            sizes[name] = sum(os.path.getsize(os.path.join(idx, f)) for f in os.listdir(idx))
+        out["code_index_bytes"] = sizes
+
+        def warm(name):
+            return lambda: timed([bins[name], "tool", "call", "analyze_impact", "--args",
+                                  json.dumps({"changed_files": ["json/decoder.py"]})],
+                                 dict(env[name], WORKSPACE_PATH=stdlib))
+        out["analyze_impact_warm_ms"] = alternate(a.runs, {name: warm(name) for name in bins})
+        out["serve_start_to_initialize_ms"] = alternate(
+            a.runs * 3, {name: (lambda b=b, name=name: start_to_initialize(b, env[name], tmp))
+                         for name, b in bins.items()})
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
