@@ -93,3 +93,34 @@ async fn a_restarted_server_answers_from_the_persisted_index_until_a_file_change
         .await;
     insta::assert_snapshot!("persisted_index_stale", text);
 }
+
+/// The code index an earlier release persisted as JSON is read once, rewritten in the binary
+/// form and removed; the server answers from it without parsing anything.
+#[tokio::test]
+async fn an_index_an_earlier_release_left_as_json_is_migrated_on_first_use() {
+    let env = TestEnv::new();
+    let ws = env.path("proj");
+    project(&env, &ws);
+    let real = std::fs::canonicalize(&ws).expect("canonical");
+    let opts = metabob_index::IndexOptions::default();
+    let mut index = metabob_index::Index::new(&real);
+    index.run(&opts, Duration::from_secs(60)).expect("index");
+    let dir = env.home().join(".cache/metabob-mcp/index");
+    let id = metabob_mcp_server::ctx::workspace_id(&real);
+    let (json, bin) = (
+        dir.join(format!("{id}.json")),
+        dir.join(format!("{id}.bin")),
+    );
+    index.save_legacy_json(&json).expect("legacy json");
+
+    let s = Session::start(&env, &ws, Client::default()).await;
+    let impact = s
+        .ok("analyze_impact", json!({"changed_files": ["b.py"]}))
+        .await;
+    assert!(impact.contains("function run"), "{impact}");
+    assert!(!json.exists(), "the JSON index is gone once rewritten");
+    let migrated = metabob_index::Index::load(&bin, &real, &opts).expect("the binary index");
+    assert_eq!(migrated.stats().components, index.stats().components);
+    let again = s.shown(&env, "init_workspace", json!({})).await;
+    insta::assert_snapshot!("persisted_index_reused", again);
+}

@@ -45,7 +45,7 @@ use petgraph::graph::DiGraph;
 use serde::{Deserialize, Serialize};
 
 pub use graph::{Affected, AffectedFile, Direction, Impact, SearchHit, is_test_path, tokenize};
-pub use persist::{CACHE_VERSION, Discarded};
+pub use persist::{CACHE_VERSION, Discarded, LEGACY_JSON_VERSION};
 pub use scan::{Scan, ScannedFile, Skipped, scan};
 
 /// Files past this many are not indexed, in a stable order: depth first, each directory's

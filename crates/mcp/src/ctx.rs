@@ -138,9 +138,10 @@ impl Ctx {
             .clone()
     }
 
-    /// Where the persisted code index of `workspace` lives: keyed by the workspace id.
+    /// Where the persisted code index of `workspace` lives: keyed by the workspace id. The
+    /// version-2 JSON index was `<id>.json` beside it; reading the index migrates that file.
     pub fn index_cache_path(&self, workspace: &Path) -> Option<PathBuf> {
-        self.cache_path("index", workspace, "json")
+        self.cache_path("index", workspace, "bin")
     }
 
     /// Where the persisted co-change index of `workspace`'s history lives, beside its code

@@ -6,6 +6,32 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 
+/// The cache's two readers, during the migration from JSON: every cache test runs on both.
+#[derive(Clone, Copy, Debug)]
+enum Format {
+    Binary,
+    LegacyJson,
+}
+
+const FORMATS: [Format; 2] = [Format::Binary, Format::LegacyJson];
+
+impl Format {
+    fn save(self, index: &Index, path: &Path) {
+        match self {
+            Format::Binary => index.save(path),
+            Format::LegacyJson => index.save_legacy_json(path),
+        }
+        .expect("save");
+    }
+
+    fn load(self, path: &Path, root: &Path, opts: &IndexOptions) -> Result<Index, Discarded> {
+        match self {
+            Format::Binary => Index::load(path, root, opts),
+            Format::LegacyJson => Index::load_legacy_json(path, root, opts),
+        }
+    }
+}
+
 #[test]
 fn scan_limits() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -114,10 +140,16 @@ fn zero_budget_runs_resume_to_the_same_index() {
 
 #[test]
 fn cache_round_trip() {
+    for format in FORMATS {
+        cache_round_trip_in(format);
+    }
+}
+
+fn cache_round_trip_in(format: Format) {
     let ws = workspace();
     let index = indexed(ws.path());
-    let (cache, opts) = (ws.path().join(".cache/index.json"), IndexOptions::default());
-    index.save(&cache).expect("save");
+    let (cache, opts) = (ws.path().join(".cache/index"), IndexOptions::default());
+    format.save(&index, &cache);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -127,8 +159,8 @@ fn cache_round_trip() {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
-    let mut loaded = Index::load(&cache, ws.path(), &opts).expect("load");
-    assert_eq!(comparable(&loaded), comparable(&index));
+    let mut loaded = format.load(&cache, ws.path(), &opts).expect("load");
+    assert_eq!(comparable(&loaded), comparable(&index), "{format:?}");
     let changed = [
         "py/pkg/util.py".to_string(),
         "go/pkg/util/util.go".to_string(),
@@ -147,7 +179,7 @@ fn cache_round_trip() {
     assert!(report.complete && report.parsed_this_run == 0);
     assert_eq!(comparable(&loaded), comparable(&index));
 
-    let load = |root: &Path, opts: &IndexOptions| Index::load(&cache, root, opts).err();
+    let load = |root: &Path, opts: &IndexOptions| format.load(&cache, root, opts).err();
     let py = IndexOptions {
         include: vec!["py".into()],
         ..IndexOptions::default()
@@ -160,20 +192,28 @@ fn cache_round_trip() {
             .as_deref(),
         Some("root_changed")
     );
-    let missing = Index::load(&ws.path().join("none.json"), ws.path(), &opts);
+    let missing = format.load(&ws.path().join("none"), ws.path(), &opts);
     assert_eq!(missing.err(), Some(Discarded::Missing));
 }
 
 #[test]
 fn one_changed_or_new_file_discards_the_cache() {
+    for format in FORMATS {
+        one_changed_or_new_file_discards_the_cache_in(format);
+    }
+}
+
+fn one_changed_or_new_file_discards_the_cache_in(format: Format) {
     let ws = workspace();
-    let (cache, opts) = (ws.path().join(".cache/index.json"), IndexOptions::default());
+    let (cache, opts) = (ws.path().join(".cache/index"), IndexOptions::default());
     let load = || {
-        Index::load(&cache, ws.path(), &opts)
+        format
+            .load(&cache, ws.path(), &opts)
             .err()
             .map(|e| e.to_string())
     };
-    indexed(ws.path()).save(&cache).expect("save");
+    let save = || format.save(&indexed(ws.path()), &cache);
+    save();
     assert_eq!(load(), None);
 
     let file = std::fs::File::options()
@@ -183,7 +223,7 @@ fn one_changed_or_new_file_discards_the_cache() {
     file.expect("open").set_modified(later).expect("set mtime");
     assert_eq!(load().as_deref(), Some("file_changed(ts/b.ts)"));
 
-    indexed(ws.path()).save(&cache).expect("save");
+    save();
     write(
         ws.path(),
         "py/pkg/models.py",
@@ -191,11 +231,11 @@ fn one_changed_or_new_file_discards_the_cache() {
     );
     assert_eq!(load().as_deref(), Some("file_changed(py/pkg/models.py)"));
 
-    indexed(ws.path()).save(&cache).expect("save");
+    save();
     write(ws.path(), "py/extra.py", b"");
     assert_eq!(load().as_deref(), Some("new_file(py/extra.py)"));
 
-    indexed(ws.path()).save(&cache).expect("save");
+    save();
     std::fs::remove_file(ws.path().join("js/main.js")).expect("rm");
     assert_eq!(load().as_deref(), Some("file_changed(js/main.js)"));
 }
@@ -203,14 +243,34 @@ fn one_changed_or_new_file_discards_the_cache() {
 #[test]
 fn version_mismatch_discards() {
     let ws = workspace();
+    let opts = IndexOptions::default();
+    // The binary document leads with its version.
+    let bin = ws.path().join("index.bin");
+    indexed(ws.path()).save(&bin).expect("save");
+    let mut bytes = std::fs::read(&bin).expect("read");
+    assert_eq!(bytes[0] as u32, CACHE_VERSION);
+    bytes[0] = 99;
+    std::fs::write(&bin, &bytes).expect("write");
+    let err = Index::load(&bin, ws.path(), &opts).err();
+    let want = Discarded::Version {
+        found: 99,
+        expected: CACHE_VERSION,
+    };
+    assert_eq!(err, Some(want));
+    // A JSON cache where the binary one is looked for is another version, not corruption.
     let cache = ws.path().join("index.json");
-    let load = || Index::load(&cache, ws.path(), &IndexOptions::default()).err();
-    indexed(ws.path()).save(&cache).expect("save");
+    indexed(ws.path()).save_legacy_json(&cache).expect("save");
+    assert!(matches!(
+        Index::load(&cache, ws.path(), &opts),
+        Err(Discarded::Version { .. })
+    ));
+
+    let load = || Index::load_legacy_json(&cache, ws.path(), &IndexOptions::default()).err();
     let text = std::fs::read_to_string(&cache).expect("read");
-    let current = format!("{{\"version\":{CACHE_VERSION},");
+    let current = format!("{{\"version\":{LEGACY_JSON_VERSION},");
     assert!(text.starts_with(&current));
     std::fs::write(&cache, text.replacen(&current, "{\"version\":999,", 1)).expect("write");
-    let expected = CACHE_VERSION;
+    let expected = LEGACY_JSON_VERSION;
     assert_eq!(
         load(),
         Some(Discarded::Version {
@@ -227,11 +287,70 @@ fn version_mismatch_discards() {
     assert_eq!(load(), Some(Discarded::Version { found: 0, expected }));
 }
 
+/// Every truncation and every single-byte change of a binary cache is discarded or loads;
+/// none panics, and a truncated one never loads.
+#[test]
+fn a_damaged_binary_cache_is_discarded_without_panicking() {
+    let ws = workspace();
+    let cache = ws.path().join("index.bin");
+    indexed(ws.path()).save(&cache).expect("save");
+    let good = std::fs::read(&cache).expect("read");
+    let opts = IndexOptions::default();
+    for cut in (0..good.len()).step_by(7) {
+        std::fs::write(&cache, &good[..cut]).expect("write");
+        let err = Index::load(&cache, ws.path(), &opts).err();
+        assert!(
+            matches!(err, Some(Discarded::Corrupt(_) | Discarded::Version { .. })),
+            "cut at {cut}: {err:?}"
+        );
+    }
+    for at in (1..good.len()).step_by(5) {
+        let mut bad = good.clone();
+        bad[at] ^= 0x5a;
+        std::fs::write(&cache, &bad).expect("write");
+        let _ = Index::load(&cache, ws.path(), &opts);
+    }
+}
+
+/// A version-2 JSON cache is read once, rewritten in the binary form and removed.
+#[test]
+fn a_json_cache_migrates_to_the_binary_form_once() {
+    let ws = workspace();
+    let opts = IndexOptions::default();
+    let index = indexed(ws.path());
+    let (bin, json) = (
+        ws.path().join("c/index.bin"),
+        ws.path().join("c/index.json"),
+    );
+    index.save_legacy_json(&json).expect("save");
+    let migrated = Index::migrate(&bin, &json, ws.path(), &opts).expect("migrated");
+    assert_eq!(comparable(&migrated), comparable(&index));
+    assert!(!json.exists(), "the JSON cache is removed once rewritten");
+    let again = Index::load(&bin, ws.path(), &opts).expect("the binary cache");
+    assert_eq!(comparable(&again), comparable(&index));
+    // With both gone, the answer is "missing", as for any first start.
+    std::fs::remove_file(&bin).expect("rm");
+    assert_eq!(
+        Index::migrate(&bin, &json, ws.path(), &opts).err(),
+        Some(Discarded::Missing)
+    );
+    // A JSON cache that no longer holds is dropped, not kept to be read again.
+    index.save_legacy_json(&json).expect("save");
+    write(ws.path(), "py/extra.py", b"");
+    assert_eq!(
+        Index::migrate(&bin, &json, ws.path(), &opts)
+            .err()
+            .map(|e| e.to_string()),
+        Some("new_file(py/extra.py)".into())
+    );
+    assert!(!json.exists() && !bin.exists());
+}
+
 #[test]
 fn corrupt_cache_discards_without_panicking() {
     let ws = workspace();
     let cache = ws.path().join("index.json");
-    indexed(ws.path()).save(&cache).expect("save");
+    indexed(ws.path()).save_legacy_json(&cache).expect("save");
     let good = std::fs::read(&cache).expect("read");
     let value: serde_json::Value = serde_json::from_slice(&good).expect("json");
     let edited = |path: &[&str], to: serde_json::Value| {
@@ -259,7 +378,7 @@ fn corrupt_cache_discards_without_panicking() {
     ];
     for (i, bytes) in cases.iter().enumerate() {
         std::fs::write(&cache, bytes).expect("write");
-        let err = Index::load(&cache, ws.path(), &IndexOptions::default()).err();
+        let err = Index::load_legacy_json(&cache, ws.path(), &IndexOptions::default()).err();
         let text = err.as_ref().map(|e| e.to_string()).unwrap_or_default();
         assert!(
             matches!(err, Some(Discarded::Corrupt(_))) && text.starts_with("corrupt("),
@@ -311,18 +430,26 @@ fn scan_follows_the_workspace_ignore_rules() {
 
 #[test]
 fn the_cache_holds_through_ignored_edits_and_not_through_rule_edits() {
+    for format in FORMATS {
+        the_cache_holds_through_ignored_edits_and_not_through_rule_edits_in(format);
+    }
+}
+
+fn the_cache_holds_through_ignored_edits_and_not_through_rule_edits_in(format: Format) {
     let ws = workspace();
-    let (cache, opts) = (ws.path().join(".cache/index.json"), IndexOptions::default());
+    let (cache, opts) = (ws.path().join(".cache/index"), IndexOptions::default());
     let load = || {
-        Index::load(&cache, ws.path(), &opts)
+        format
+            .load(&cache, ws.path(), &opts)
             .err()
             .map(|e| e.to_string())
     };
+    let save = || format.save(&indexed(ws.path()), &cache);
     write(ws.path(), ".gitignore", b"gen/\n");
     write(ws.path(), "gen/out.py", b"x = 1\n");
     let index = indexed(ws.path());
     assert!(!index.by_path.contains_key("gen/out.py"));
-    index.save(&cache).expect("save");
+    format.save(&index, &cache);
     assert_eq!(load(), None);
 
     // What the rules hide can change freely, and so can the rules, as long as the listing holds.
@@ -339,12 +466,12 @@ fn the_cache_holds_through_ignored_edits_and_not_through_rule_edits() {
     assert_eq!(load().as_deref(), Some("file_changed(py/pkg/models.py)"));
 
     // Un-ignoring a directory lists its files: the stored listing no longer matches.
-    indexed(ws.path()).save(&cache).expect("save");
+    save();
     write(ws.path(), ".gitignore", b"");
     assert_eq!(load().as_deref(), Some("new_file(gen/more.py)"));
 
     // Ignoring an indexed directory takes its files away: as good as deleted.
-    indexed(ws.path()).save(&cache).expect("save");
+    save();
     write(ws.path(), ".gitignore", b"js/\n");
     assert_eq!(load().as_deref(), Some("file_changed(js/lib/greet.js)"));
 }

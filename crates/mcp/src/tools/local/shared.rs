@@ -45,13 +45,15 @@ pub(super) fn real(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// The persisted index of `ws` when every file it was built from is unchanged.
+/// The persisted index of `ws` when every file it was built from is unchanged; an index an
+/// earlier release left as JSON beside it is read once and rewritten.
 pub(super) fn load_persisted(
     cache: Option<PathBuf>,
     ws: &Path,
     opts: &IndexOptions,
 ) -> Option<Index> {
-    match Index::load(&cache?, ws, opts) {
+    let cache = cache?;
+    match Index::migrate(&cache, &cache.with_extension("json"), ws, opts) {
         Ok(index) => Some(index),
         Err(why) => {
             tracing::debug!("the persisted index was not used: {why}");
