@@ -384,7 +384,7 @@ const CLOCK_ALLOWANCE_S: i64 = 24 * 3600;
 pub struct TargetHistory<'r> {
     name: String,
     tip: String,
-    walk: Box<dyn Iterator<Item = Result<metabob_git::CommitInfo, GitError>> + 'r>,
+    walk: Box<dyn Iterator<Item = Result<metabob_git::Scanned, GitError>> + 'r>,
     exhausted: bool,
     entries: Vec<Entry>,
     index: HashMap<String, usize>,
@@ -414,7 +414,7 @@ impl<'r> TargetHistory<'r> {
         Ok(TargetHistory {
             name: name.to_string(),
             tip: tip.to_string(),
-            walk: Box::new(repo.history(tip)?),
+            walk: Box::new(repo.scan_history(tip, may_name_a_fix)?),
             exhausted: false,
             entries: Vec::new(),
             index: HashMap::new(),
@@ -432,11 +432,13 @@ impl<'r> TargetHistory<'r> {
             };
             let c = c?;
             let i = self.entries.len();
-            for id in trailer_line_values(&c.message, FIXES_FINDING) {
-                self.carriers.entry(id.to_string()).or_default().push(i);
-            }
-            for reverted in reverted_shas(&c.message) {
-                self.reverts.entry(reverted).or_default().push(i);
+            if let Some(message) = &c.message {
+                for id in trailer_line_values(message, FIXES_FINDING) {
+                    self.carriers.entry(id.to_string()).or_default().push(i);
+                }
+                for reverted in reverted_shas(message) {
+                    self.reverts.entry(reverted).or_default().push(i);
+                }
             }
             self.index.insert(c.sha.clone(), i);
             self.entries.push(Entry {
@@ -550,12 +552,22 @@ impl<'r> TargetHistory<'r> {
     }
 }
 
+/// Whether a raw message may hold a `Fixes-Finding` line (its key matches in any case) or a
+/// revert's line; only such messages are decoded and read line by line.
+fn may_name_a_fix(raw: &[u8]) -> bool {
+    let key = FIXES_FINDING.as_bytes();
+    raw.windows(REVERTS.len()).any(|w| w == REVERTS.as_bytes())
+        || raw.windows(key.len()).any(|w| w.eq_ignore_ascii_case(key))
+}
+
+const REVERTS: &str = "This reverts commit ";
+
 /// The shas a message says it reverts (`This reverts commit <sha>`, as `git revert` writes).
 fn reverted_shas(message: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = message;
-    while let Some(i) = rest.find("This reverts commit ") {
-        rest = &rest[i + "This reverts commit ".len()..];
+    while let Some(i) = rest.find(REVERTS) {
+        rest = &rest[i + REVERTS.len()..];
         let sha: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
         if sha.len() == 40 || sha.len() == 64 {
             out.push(sha.to_ascii_lowercase());

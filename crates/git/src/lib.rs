@@ -92,6 +92,16 @@ pub struct CommitInfo {
     pub committer_time: i64,
 }
 
+/// One commit of [`Repo::scan_history`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scanned {
+    pub sha: String,
+    /// Unix seconds.
+    pub committer_time: i64,
+    /// The whole message, decoded lossily as UTF-8, when the scan's filter wanted it.
+    pub message: Option<String>,
+}
+
 /// An open repository (work tree or bare).
 pub struct Repo {
     repo: gix::Repository,
@@ -274,6 +284,40 @@ impl Repo {
         Ok(walk.map(move |info| {
             let info = info.map_err(read_err)?;
             self.info_of(info.id)
+        }))
+    }
+
+    /// The same commits as [`Repo::history`], each as its sha and commit time, with its message
+    /// only when `wanted` says the raw message may hold what the caller looks for
+    /// (anchor: scan_history). The walk takes parents and times from the commit-graph file when
+    /// the repository has one, so each commit is read once, for its message, and no commit's
+    /// parents, author or message is copied out unless asked for.
+    pub fn scan_history<'a>(
+        &'a self,
+        tip: &str,
+        wanted: fn(&[u8]) -> bool,
+    ) -> Result<impl Iterator<Item = Result<Scanned, GitError>> + 'a, GitError> {
+        let tip = self.must_resolve(tip)?;
+        let walk = self
+            .repo
+            .rev_walk([tip])
+            .sorting(newest_first())
+            .all()
+            .map_err(read_err)?;
+        Ok(walk.map(move |info| {
+            let info = info.map_err(read_err)?;
+            let commit = self.repo.find_commit(info.id).map_err(read_err)?;
+            let raw = commit.message_raw_sloppy();
+            let message = wanted(raw).then(|| raw.to_str_lossy().into_owned());
+            let committer_time = match info.commit_time {
+                Some(t) => t,
+                None => commit.time().map_err(read_err)?.seconds,
+            };
+            Ok(Scanned {
+                sha: info.id.to_string(),
+                committer_time,
+                message,
+            })
         }))
     }
 
