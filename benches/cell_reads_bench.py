@@ -8,7 +8,10 @@ Usage: benches/cell_reads_bench.py OURS_BINARY [--baseline BASELINE_BINARY] [--r
      `git log --name-only -n 500` on the same repository;
   2. the persisted code index of the Python standard library: its size on disk, and
      `tool call analyze_impact` answered from it (a warm restart);
-  3. `metabob-mcp serve` start to the initialize answer.
+  3. `metabob-mcp serve` start to the initialize answer;
+  4. `finding close` of 20 findings in the worst case (every one of 50,000 commits newer than
+     the findings) against one `git log --format=%B` over the same history (`--close`). Each
+     binary closes on its own copy of the same ledger, taken while it was stopped.
 
 Each measurement alternates ours, the baseline build and git, run by run; medians in ms. Prints
 a JSON object. Nothing is asserted.
@@ -21,9 +24,13 @@ import random
 import shutil
 import statistics
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cell_bench  # noqa: E402  (history_stream and record)
 
 
 def timed(cmd, env, cwd=None):
@@ -71,6 +78,67 @@ def start_to_initialize(binary, env, cwd):
     return dt
 
 
+class Ledger:
+    """`ledger serve` on a data directory, stopped with `stop`; restartable on a copy."""
+
+    def __init__(self, binary, data, env):
+        self.proc = subprocess.Popen([binary, "ledger", "serve", "--data", data, "--listen", "127.0.0.1:0"],
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.url = self.proc.stdout.readline().split()[-1]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def close_worst_case(bins, base, tmp, runs, n=50_000):
+    """{name: median ms} of `finding close` in the worst case, and git log's."""
+    times = {name: [] for name in bins}
+    times["git_log_format_B"] = []
+    first = next(iter(bins.values()))
+    for rep in range(runs):
+        root = os.path.join(tmp, f"close-{rep}")
+        data = os.path.join(root, "ledger")
+        os.makedirs(root)
+        ledger = Ledger(first, data, base)
+        key = json.loads(subprocess.run([first, "ledger", "key", "create", "--data", data, "--scopes",
+                                         "read,write", "--json"], env=base, check=True,
+                                        capture_output=True, text=True).stdout)["key"]
+        env = dict(base, METABOB_API_KEY=key, DISCOVERY_ENDPOINT=ledger.url)
+        repo = os.path.join(root, "hist")
+        subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True, env=base)
+        cell_bench.BIN = first
+        fids = [cell_bench.record(env, "file://" + repo, f"finding {k} of the close bench",
+                                  category="bug", file=f"f{k}.txt") for k in range(20)]
+        ledger.stop()
+        subprocess.run(["git", "-C", repo, "fast-import", "--quiet"], check=True, env=base, text=True,
+                       input=cell_bench.history_stream(n, fids, n))
+        subprocess.run(["git", "-C", repo, "gc", "-q"], check=True, env=base)
+        work = os.path.join(root, "work")
+        subprocess.run(["git", "clone", "-q", "file://" + repo, work], check=True, env=base)
+        shas = subprocess.run(["git", "-C", work, "log", "--format=%H", "--grep=^Fixes-Finding: agf_", "main"],
+                              check=True, env=base, capture_output=True, text=True).stdout.split()
+        commits = os.path.join(root, "commits")
+        with open(commits, "w") as f:
+            f.write("\n".join(shas) + "\n")
+        for name, binary in bins.items():
+            copy = os.path.join(root, f"ledger-{name}")
+            shutil.copytree(data, copy)
+            ledger = Ledger(binary, copy, base)
+            t = time.perf_counter()
+            out = subprocess.run([binary, "finding", "close", "--commits-from", commits, "--work-dir", work,
+                                  "--json"], env=dict(env, DISCOVERY_ENDPOINT=ledger.url),
+                                 capture_output=True, text=True)
+            times[name].append(time.perf_counter() - t)
+            ledger.stop()
+            closed = out.returncode == 0 and sum(
+                1 for r in json.loads(out.stdout)["findings"] if r["outcome"] == "closed")
+            if closed != 20:
+                raise SystemExit(f"{name}: finding close closed {closed} of 20: {out.stderr[-2000:]}")
+        times["git_log_format_B"].append(timed(["git", "-C", work, "log", "--format=%B", "origin/main"], base))
+    return {name: round(statistics.median(xs) * 1000, 1) for name, xs in times.items()}
+
+
 def alternate(runs, sides):
     """{name: median ms}, the sides run one after another in each round."""
     got = {name: [] for name in sides}
@@ -86,6 +154,7 @@ def main():
     ap.add_argument("--baseline")
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--commits", type=int, default=5000)
+    ap.add_argument("--close", type=int, default=0, help="runs of the finding close row (0: skip)")
     a = ap.parse_args()
     bins = {"ours": os.path.abspath(a.ours)}
     if a.baseline:
@@ -139,6 +208,8 @@ def main():
                                   json.dumps({"changed_files": ["json/decoder.py"]})],
                                  dict(env[name], WORKSPACE_PATH=stdlib))
         out["analyze_impact_warm_ms"] = alternate(a.runs, {name: warm(name) for name in bins})
+        if a.close:
+            out["finding_close_worst_ms"] = close_worst_case(bins, base, tmp, a.close)
         out["serve_start_to_initialize_ms"] = alternate(
             a.runs * 3, {name: (lambda b=b, name=name: start_to_initialize(b, env[name], tmp))
                          for name, b in bins.items()})

@@ -442,9 +442,11 @@ impl Repo {
         Ok(out)
     }
 
-    /// The non-tree paths that differ between two trees (`None`: the empty side), without
-    /// opening subtrees whose ids are equal (anchor: changed_paths). Only names are needed, so
-    /// this skips the diff platform's per-change bookkeeping, which costs several times more.
+    /// The non-tree paths that differ between two trees (`None`: the empty side), in git's
+    /// order, without opening subtrees whose ids are equal (anchor: changed_paths). The two
+    /// entry lists are walked side by side in tree order, and a name becomes a string only when
+    /// its entry changed: names are all a co-change question needs, so this skips the diff
+    /// platform's per-change bookkeeping, which costs several times more.
     fn changed_paths(
         &self,
         old: Option<gix::ObjectId>,
@@ -452,52 +454,62 @@ impl Repo {
         prefix: &str,
         out: &mut Vec<String>,
     ) -> Result<(), GitError> {
-        // A mode change (a file made executable) is a change, as git lists it.
-        type Entries = Vec<(String, gix::ObjectId, gix::objs::tree::EntryMode)>;
-        let entries = |id: Option<gix::ObjectId>| -> Result<Entries, GitError> {
-            let Some(id) = id else {
-                return Ok(Vec::new());
-            };
-            let tree = self.repo.find_tree(id).map_err(read_err)?;
-            tree.iter()
-                .map(|e| {
-                    let e = e.map_err(read_err)?;
-                    Ok((
-                        e.filename().to_str_lossy().into_owned(),
-                        e.oid().to_owned(),
-                        e.mode(),
-                    ))
-                })
-                .collect()
-        };
+        use gix::objs::tree::EntryRef;
+        use std::cmp::Ordering;
         if old == new {
             return Ok(());
         }
-        let (a, b) = (entries(old)?, entries(new)?);
-        let mut names: Vec<&str> = a.iter().chain(&b).map(|e| e.0.as_str()).collect();
-        names.sort_unstable();
-        names.dedup();
-        let find = |v: &Entries, n: &str| v.iter().find(|e| e.0 == n).map(|e| (e.1, e.2));
-        let mut changed = Vec::new();
-        for name in names {
-            let (x, y) = (find(&a, name), find(&b, name));
-            if x == y {
-                continue;
+        let read = |id: Option<gix::ObjectId>| -> Result<Option<gix::Tree<'_>>, GitError> {
+            id.map(|id| self.repo.find_tree(id).map_err(read_err))
+                .transpose()
+        };
+        let (a, b) = (read(old)?, read(new)?);
+        let (a, b) = (tree_entries(a.as_ref())?, tree_entries(b.as_ref())?);
+        let (mut i, mut j) = (0, 0);
+        // One side's entry alone: a tree is walked against nothing, a blob is a changed path.
+        let one = |e: &EntryRef<'_>, side_old: bool, out: &mut Vec<String>| {
+            let path = format!("{prefix}{}", e.filename.to_str_lossy());
+            if e.mode.is_tree() {
+                let id = Some(e.oid.to_owned());
+                let (o, n) = if side_old { (id, None) } else { (None, id) };
+                self.changed_paths(o, n, &format!("{path}/"), out)
+            } else {
+                out.push(path);
+                Ok(())
             }
-            let path = format!("{prefix}{name}");
-            type Found = Option<(gix::ObjectId, gix::objs::tree::EntryMode)>;
-            let sub = |e: Found| e.filter(|e| e.1.is_tree()).map(|e| e.0);
-            let blob = |e: Found| e.is_some_and(|e| !e.1.is_tree());
-            if sub(x).is_some() || sub(y).is_some() {
-                self.changed_paths(sub(x), sub(y), &format!("{path}/"), &mut changed)?;
-            }
-            if blob(x) || blob(y) {
-                changed.push(path);
+        };
+        while i < a.len() || j < b.len() {
+            let order = match (a.get(i), b.get(j)) {
+                (Some(x), Some(y)) => tree_order(x, y),
+                (Some(_), None) => Ordering::Less,
+                _ => Ordering::Greater,
+            };
+            match order {
+                Ordering::Less => {
+                    one(&a[i], true, out)?;
+                    i += 1;
+                }
+                Ordering::Greater => {
+                    one(&b[j], false, out)?;
+                    j += 1;
+                }
+                Ordering::Equal => {
+                    let (x, y) = (&a[i], &b[j]);
+                    if x.oid != y.oid || x.mode != y.mode {
+                        let path = format!("{prefix}{}", y.filename.to_str_lossy());
+                        if x.mode.is_tree() {
+                            let (o, n) = (Some(x.oid.to_owned()), Some(y.oid.to_owned()));
+                            self.changed_paths(o, n, &format!("{path}/"), out)?;
+                        } else {
+                            // A mode change (a file made executable) is a change, as git lists it.
+                            out.push(path);
+                        }
+                    }
+                    i += 1;
+                    j += 1;
+                }
             }
         }
-        // git lists a diff in path order, where a directory sorts as its name plus '/'.
-        changed.sort_unstable();
-        out.extend(changed);
         Ok(())
     }
 
@@ -536,6 +548,33 @@ impl Repo {
     pub fn inner(&self) -> &gix::Repository {
         &self.repo
     }
+}
+
+/// A tree's entries, borrowing its data; none for the empty side.
+fn tree_entries<'a>(
+    tree: Option<&'a gix::Tree<'_>>,
+) -> Result<Vec<gix::objs::tree::EntryRef<'a>>, GitError> {
+    match tree {
+        Some(t) => t
+            .iter()
+            .map(|e| e.map(|e| e.inner).map_err(read_err))
+            .collect(),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// git's order of tree entries: by name, a tree's name read as if it ended in `/`. Two entries
+/// compare equal only when they have one name and are both trees or both not.
+fn tree_order(
+    a: &gix::objs::tree::EntryRef<'_>,
+    b: &gix::objs::tree::EntryRef<'_>,
+) -> std::cmp::Ordering {
+    let (x, y): (&[u8], &[u8]) = (a.filename, b.filename);
+    let n = x.len().min(y.len());
+    x[..n].cmp(&y[..n]).then_with(|| {
+        let next = |name: &[u8], tree: bool| name.get(n).copied().or(tree.then_some(b'/'));
+        next(x, a.mode.is_tree()).cmp(&next(y, b.mode.is_tree()))
+    })
 }
 
 pub(crate) fn newest_first() -> gix::revision::walk::Sorting {
