@@ -36,7 +36,8 @@ fn cochange_counts_agree_with_git_log_name_only() {
         env.git(&dir, &["commit", "-q", "-m", &format!("round {round}")]);
     };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    for round in 0..30 {
+    // Enough rounds that the window is diffed on more than one thread.
+    for round in 0..130 {
         let mut files = s(&["a.py"]);
         if round % 3 != 0 {
             files.push("b.py".into());

@@ -171,32 +171,28 @@ impl CochangeIndex {
             .sorting(super::newest_first())
             .all()
             .map_err(read_err)?;
+        let mut window = Vec::with_capacity(HISTORY_DEPTH);
+        for info in walk.take(HISTORY_DEPTH) {
+            let info = info.map_err(read_err)?;
+            window.push((info.id, info.parent_ids.first().copied()));
+        }
+        let todo: Vec<usize> = (0..window.len())
+            .filter(|i| !reuse.contains_key(&head_bytes(window[*i].0)))
+            .collect();
+        let diffed = todo.len();
+        let mut mined = diff_commits(repo, &window, &todo)?;
+
         let mut out = empty();
         out.head = head_bytes(head);
         let mut ids: HashMap<String, u32> = HashMap::new();
-        let mut trees = HashMap::new();
-        let mut diffed = 0;
-        let mut scratch = Vec::new();
-        for info in walk.take(HISTORY_DEPTH) {
-            let info = info.map_err(read_err)?;
-            let id = head_bytes(info.id);
-            scratch.clear();
-            match reuse.get(&id) {
-                Some(files) => scratch.extend(files.iter().map(|f| f.to_string())),
-                None => {
-                    // Tree ids only: a commit's parent is the next commit read, so each is
-                    // decoded once.
-                    let new = tree_of(repo, &mut trees, info.id)?;
-                    let old = match info.parent_ids.first() {
-                        Some(p) => Some(tree_of(repo, &mut trees, *p)?),
-                        None => None,
-                    };
-                    repo.changed_paths(old, Some(new), "", &mut scratch)?;
-                    diffed += 1;
-                }
-            }
-            let mut files: Vec<u32> = scratch
-                .drain(..)
+        for (i, (commit, _)) in window.iter().enumerate() {
+            let id = head_bytes(*commit);
+            let paths: Vec<String> = match reuse.get(&id) {
+                Some(files) => files.iter().map(|f| f.to_string()).collect(),
+                None => mined.remove(&i).unwrap_or_default(),
+            };
+            let mut files: Vec<u32> = paths
+                .into_iter()
                 .map(|p| {
                     let next = ids.len() as u32;
                     *ids.entry(p).or_insert(next)
@@ -287,6 +283,62 @@ fn head_bytes(id: gix::ObjectId) -> [u8; 20] {
     // Every repository this reads is SHA-1 (the `sha1` feature is the only hash built in).
     out.copy_from_slice(&id.as_bytes()[..20]);
     out
+}
+
+/// The paths each of `todo`'s commits of `window` changed against its first parent, by place in
+/// the window. The commits are diffed in contiguous runs on up to one thread per core, each with
+/// its own handle on the repository and so its own object cache; within a run, a commit's parent
+/// tree is the next commit's tree, read once.
+fn diff_commits(
+    repo: &Repo,
+    window: &[(gix::ObjectId, Option<gix::ObjectId>)],
+    todo: &[usize],
+) -> Result<HashMap<usize, Vec<String>>, GitError> {
+    // Below this many commits a thread costs more than it saves.
+    const PER_THREAD: usize = 64;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(todo.len().div_ceil(PER_THREAD))
+        .clamp(1, 4);
+    let run = |repo: &Repo, part: &[usize]| -> Result<Vec<(usize, Vec<String>)>, GitError> {
+        let mut trees = HashMap::new();
+        let mut out = Vec::with_capacity(part.len());
+        for &i in part {
+            let (commit, parent) = window[i];
+            let new = tree_of(repo, &mut trees, commit)?;
+            let old = match parent {
+                Some(p) => Some(tree_of(repo, &mut trees, p)?),
+                None => None,
+            };
+            let mut files = Vec::new();
+            repo.changed_paths(old, Some(new), "", &mut files)?;
+            out.push((i, files));
+        }
+        Ok(out)
+    };
+    let parts: Vec<&[usize]> = todo.chunks(todo.len().div_ceil(threads).max(1)).collect();
+    let results: Vec<Result<Vec<(usize, Vec<String>)>, GitError>> = if parts.len() <= 1 {
+        parts.iter().map(|p| run(repo, p)).collect()
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (parts.iter())
+                .map(|part| {
+                    // A gix handle is not Send without gix's `parallel` feature (Rc inside):
+                    // each thread opens the repository again, its own handle and caches.
+                    let dir = repo.git_dir();
+                    scope.spawn(move || run(&Repo::open(&dir)?, part))
+                })
+                .collect();
+            (handles.into_iter())
+                .map(|h| h.join().expect("a diff thread does not panic"))
+                .collect()
+        })
+    };
+    let mut mined = HashMap::with_capacity(todo.len());
+    for r in results {
+        mined.extend(r?);
+    }
+    Ok(mined)
 }
 
 /// A commit's tree id, read once per commit.
