@@ -1,7 +1,7 @@
 """What the benches share: a fresh ledger to measure, a client of its `/resolve`, and a sample
 as a Markdown row."""
 
-import http.client, json, os, statistics, subprocess, tempfile, time
+import http.client, json, os, random, statistics, subprocess, tempfile, time
 
 
 class Ledger:
@@ -68,3 +68,27 @@ class Client:
         status, dt, data = self.resolve(pointer)
         assert status < 300, (status, data[:300])
         return dt, json.loads(data)
+
+
+def history(root, commits, files=300):
+    """A repository whose commits each touch 2-4 of `files` files (some pairs together more
+    often), written with fast-import and repacked as a clone holds it."""
+    subprocess.run(["git", "init", "-q", "-b", "main", root], check=True)
+    rnd = random.Random(7)
+    names = [f"src/mod{i // 30}/file{i}.py" for i in range(files)]
+    stream = []
+    for c in range(commits):
+        touched = rnd.sample(names, rnd.randint(2, 4)) if c else names
+        if c and rnd.random() < 0.3:
+            touched = [names[0], names[1]] + touched[:1]
+        stream.append(f"commit refs/heads/main\ncommitter B <b@x> {1700000000 + c * 60} +0000\n")
+        msg = f"change {c}\n"
+        stream.append(f"data {len(msg)}\n{msg}")
+        for n in dict.fromkeys(touched):
+            body = f"# {n} at {c}\nvalue = {c}\n"
+            stream.append(f"M 100644 inline {n}\ndata {len(body)}\n{body}")
+        stream.append("\n")
+    subprocess.run(["git", "fast-import", "--quiet"], input="".join(stream).encode(), cwd=root, check=True)
+    subprocess.run(["git", "repack", "-adq"], cwd=root, check=True)
+    subprocess.run(["git", "checkout", "-q", "main"], cwd=root, check=True)
+    return names

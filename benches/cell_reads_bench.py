@@ -20,7 +20,6 @@ a JSON object. Nothing is asserted.
 import argparse
 import json
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -31,36 +30,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cell_bench  # noqa: E402  (history_stream and record)
+from bench_common import history  # noqa: E402
 
 
 def timed(cmd, env, cwd=None):
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=cwd)
     return time.perf_counter() - t
-
-
-def history(root, commits, files=300):
-    """A repository whose commits each touch 2-4 of `files` files (some pairs together more
-    often), written with fast-import and repacked as a clone holds it."""
-    subprocess.run(["git", "init", "-q", "-b", "main", root], check=True)
-    rnd = random.Random(7)
-    names = [f"src/mod{i // 30}/file{i}.py" for i in range(files)]
-    stream = []
-    for c in range(commits):
-        touched = rnd.sample(names, rnd.randint(2, 4)) if c else names
-        if c and rnd.random() < 0.3:
-            touched = [names[0], names[1]] + touched[:1]
-        stream.append(f"commit refs/heads/main\ncommitter B <b@x> {1700000000 + c * 60} +0000\n")
-        msg = f"change {c}\n"
-        stream.append(f"data {len(msg)}\n{msg}")
-        for n in dict.fromkeys(touched):
-            body = f"# {n} at {c}\nvalue = {c}\n"
-            stream.append(f"M 100644 inline {n}\ndata {len(body)}\n{body}")
-        stream.append("\n")
-    subprocess.run(["git", "fast-import", "--quiet"], input="".join(stream).encode(), cwd=root, check=True)
-    subprocess.run(["git", "repack", "-adq"], cwd=root, check=True)
-    subprocess.run(["git", "checkout", "-q", "main"], cwd=root, check=True)
-    return names
 
 
 def start_to_initialize(binary, env, cwd):

@@ -18,7 +18,6 @@ Medians; every process is started fresh. Prints one JSON object.
 
 import json
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -26,6 +25,8 @@ import sys
 import sysconfig
 import tempfile
 import time
+
+from bench_common import history
 
 BIN = os.path.abspath(sys.argv[1])
 
@@ -38,31 +39,6 @@ def timed(cmd, env, cwd=None):
 
 def median_ms(f, n):
     return round(statistics.median(f() for _ in range(n)) * 1000, 1)
-
-
-def history(root, commits=600, files=300):
-    """A repository whose commits each touch 2-4 of `files` files, written with fast-import."""
-    subprocess.run(["git", "init", "-q", "-b", "main", root], check=True)
-    rnd = random.Random(7)
-    names = [f"src/mod{i // 30}/file{i}.py" for i in range(files)]
-    stream = []
-    for c in range(commits):
-        touched = rnd.sample(names, rnd.randint(2, 4)) if c else names
-        if c and rnd.random() < 0.3:
-            touched = [names[0], names[1]] + touched[:1]
-        stream.append(f"commit refs/heads/main\ncommitter B <b@x> {1700000000 + c * 60} +0000\n")
-        msg = f"change {c}\n"
-        stream.append(f"data {len(msg)}\n{msg}")
-        for n in touched:
-            body = f"# {n} at {c}\nvalue = {c}\n"
-            stream.append(f"M 100644 inline {n}\ndata {len(body)}\n{body}")
-        stream.append("\n")
-    subprocess.run(["git", "fast-import", "--quiet"], input="".join(stream).encode(), cwd=root, check=True)
-    # fast-import deltas each version against the one before it; git gc packs the other way
-    # round (newest whole), which is what a real clone holds and what history reads assume.
-    subprocess.run(["git", "repack", "-adq"], cwd=root, check=True)
-    subprocess.run(["git", "checkout", "-q", "main"], cwd=root, check=True)
-    return names
 
 
 def mcp_latency(env, cwd):
@@ -123,7 +99,7 @@ def main():
         out["warm_over_cold"] = round(warm_ms / cold_ms, 3)
 
         repo = os.path.join(tmp, "history")
-        names = history(repo)
+        names = history(repo, 600)
         ours = median_ms(lambda: timed([BIN, "tool", "call", "predict_cochanges", "--args",
                                         json.dumps({"changed_files": [names[0]]})],
                                        dict(env, WORKSPACE_PATH=repo)), 5)

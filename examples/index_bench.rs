@@ -68,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(exts) = args.next() {
         opts.include = exts.split(',').map(str::to_string).collect();
     }
-    let cache = std::env::temp_dir().join(format!("index_bench_{}.json", std::process::id()));
+    let cache = std::env::temp_dir().join(format!("index_bench_{}.bin", std::process::id()));
     let [
         mut bare,
         mut bare_cpu,

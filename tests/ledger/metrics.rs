@@ -3,15 +3,12 @@
 //! Prometheus scraping it is in `prometheus.rs`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::Value;
 
 use super::http;
 use super::prometheus::get;
-use crate::support::{Reaped, TestEnv};
+use crate::support::TestEnv;
 
 /// `name{labels} value` lines of one family, as (labels, value).
 fn samples(text: &str, name: &str) -> BTreeMap<String, f64> {
@@ -103,41 +100,16 @@ fn metrics_show_the_boards_tasks_per_state_and_hide_other_orgs_repositories() {
 fn keyless_metrics_are_refused_on_a_listener_that_is_not_loopback() {
     let env = TestEnv::new();
     // The TestEnv's ledgers listen on loopback; this one makes the store and its key, then
-    // gives the store over to a ledger listening on 0.0.0.0.
-    let first = env.ledger("wildcard", &[]);
-    let (_, key) = first.create_key(&env, "default", "read");
-    let store = first.store_args();
-    drop(first);
-    let mut child = env
-        .cmd(&[
-            "ledger",
-            "serve",
-            &store[0],
-            &store[1],
-            "--listen",
-            "0.0.0.0:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn ledger serve");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let _ledger = Reaped(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        if let Some(Ok(line)) = lines.next() {
-            let _ = tx.send(line);
-        }
-        // Drained, so the ledger never blocks on a full pipe.
-        for _ in lines {}
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the ledger printed its address within 30 s");
-    let port = line
-        .strip_prefix("metabob-ledger listening on http://0.0.0.0:")
-        .unwrap_or_else(|| panic!("not listening on 0.0.0.0: {line}"));
+    // starts again on the same store listening on 0.0.0.0.
+    let mut ledger = env.ledger("wildcard", &[]);
+    let (_, key) = ledger.create_key(&env, "default", "read");
+    ledger.terminate();
+    ledger.restart_on("0.0.0.0:0");
+    let port = ledger
+        .url
+        .strip_prefix("http://0.0.0.0:")
+        .unwrap_or_else(|| panic!("not listening on 0.0.0.0: {}", ledger.url))
+        .to_string();
     let url = format!("http://127.0.0.1:{port}");
 
     let (status, body) = http(&url, "GET", "/metrics", None, None);

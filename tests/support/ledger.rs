@@ -102,9 +102,14 @@ impl Ledger {
 
     /// A fresh process on the same store and port, once the last one has ended.
     pub fn restart(&mut self) {
-        let listen = format!("127.0.0.1:{}", self.port());
+        self.restart_on(&format!("127.0.0.1:{}", self.port()));
+    }
+
+    /// A fresh process on the same store listening on `listen`, once the last one has ended;
+    /// `url` is then the address it printed.
+    pub fn restart_on(&mut self, listen: &str) {
         let flags = self.store_args();
-        let (child, url) = spawn_ledger(&self.vars, &self.cwd, &flags, &listen, &self.args);
+        let (child, url) = spawn_ledger(&self.vars, &self.cwd, &flags, listen, &self.args);
         self.child = child;
         self.url = url;
     }

@@ -165,12 +165,7 @@ impl CochangeIndex {
             }
         }
 
-        let walk = repo
-            .repo
-            .rev_walk([head])
-            .sorting(super::newest_first())
-            .all()
-            .map_err(read_err)?;
+        let walk = repo.newest_first(head)?;
         let mut window = Vec::with_capacity(HISTORY_DEPTH);
         for info in walk.take(HISTORY_DEPTH) {
             let info = info.map_err(read_err)?;
@@ -285,6 +280,9 @@ fn head_bytes(id: gix::ObjectId) -> [u8; 20] {
     out
 }
 
+/// Changed paths by the commit's place in the window.
+type Paths = Vec<(usize, Vec<String>)>;
+
 /// The paths each of `todo`'s commits of `window` changed against its first parent, by place in
 /// the window. The commits are diffed in contiguous runs on up to one thread per core, each with
 /// its own handle on the repository and so its own object cache; within a run, a commit's parent
@@ -300,7 +298,7 @@ fn diff_commits(
         .map_or(1, usize::from)
         .min(todo.len().div_ceil(PER_THREAD))
         .clamp(1, 4);
-    let run = |repo: &Repo, part: &[usize]| -> Result<Vec<(usize, Vec<String>)>, GitError> {
+    let run = |repo: &Repo, part: &[usize]| -> Result<Paths, GitError> {
         let mut trees = HashMap::new();
         let mut out = Vec::with_capacity(part.len());
         for &i in part {
@@ -317,7 +315,7 @@ fn diff_commits(
         Ok(out)
     };
     let parts: Vec<&[usize]> = todo.chunks(todo.len().div_ceil(threads).max(1)).collect();
-    let results: Vec<Result<Vec<(usize, Vec<String>)>, GitError>> = if parts.len() <= 1 {
+    let results: Vec<Result<Paths, GitError>> = if parts.len() <= 1 {
         parts.iter().map(|p| run(repo, p)).collect()
     } else {
         std::thread::scope(|scope| {

@@ -274,13 +274,7 @@ impl Repo {
         &self,
         tip: &str,
     ) -> Result<impl Iterator<Item = Result<CommitInfo, GitError>> + '_, GitError> {
-        let tip = self.must_resolve(tip)?;
-        let walk = self
-            .repo
-            .rev_walk([tip])
-            .sorting(newest_first())
-            .all()
-            .map_err(read_err)?;
+        let walk = self.newest_first(self.must_resolve(tip)?)?;
         Ok(walk.map(move |info| {
             let info = info.map_err(read_err)?;
             self.info_of(info.id)
@@ -297,13 +291,7 @@ impl Repo {
         tip: &str,
         wanted: fn(&[u8]) -> bool,
     ) -> Result<impl Iterator<Item = Result<Scanned, GitError>> + 'a, GitError> {
-        let tip = self.must_resolve(tip)?;
-        let walk = self
-            .repo
-            .rev_walk([tip])
-            .sorting(newest_first())
-            .all()
-            .map_err(read_err)?;
+        let walk = self.newest_first(self.must_resolve(tip)?)?;
         Ok(walk.map(move |info| {
             let info = info.map_err(read_err)?;
             let commit = self.repo.find_commit(info.id).map_err(read_err)?;
@@ -319,6 +307,18 @@ impl Repo {
                 message,
             })
         }))
+    }
+
+    /// Every ancestor of `tip` including it, newest commit time first, each once.
+    pub(crate) fn newest_first(
+        &self,
+        tip: gix::ObjectId,
+    ) -> Result<gix::revision::Walk<'_>, GitError> {
+        self.repo
+            .rev_walk([tip])
+            .sorting(newest_first())
+            .all()
+            .map_err(read_err)
     }
 
     /// `git merge-base --is-ancestor ancestor descendant` (a commit is its own ancestor).
