@@ -92,3 +92,16 @@ def history(root, commits, files=300):
     subprocess.run(["git", "repack", "-adq"], cwd=root, check=True)
     subprocess.run(["git", "checkout", "-q", "main"], cwd=root, check=True)
     return names
+
+
+def start_serve(binary, env, cwd):
+    """`binary serve` started and its `initialize` answered: (the process, seconds taken)."""
+    t = time.perf_counter()
+    p = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, env=env, cwd=cwd, text=True, bufsize=1)
+    p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"}}}) + "\n")
+    p.stdin.flush()
+    p.stdout.readline()
+    return p, time.perf_counter() - t

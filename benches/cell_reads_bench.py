@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cell_bench  # noqa: E402  (history_stream and record)
-from bench_common import history  # noqa: E402
+from bench_common import history, start_serve  # noqa: E402
 
 
 def timed(cmd, env, cwd=None):
@@ -40,15 +40,7 @@ def timed(cmd, env, cwd=None):
 
 
 def start_to_initialize(binary, env, cwd):
-    t = time.perf_counter()
-    p = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, env=env, cwd=cwd, text=True, bufsize=1)
-    p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "0"}}}) + "\n")
-    p.stdin.flush()
-    p.stdout.readline()
-    dt = time.perf_counter() - t
+    p, dt = start_serve(binary, env, cwd)
     p.stdin.close()
     p.wait()
     return dt

@@ -26,7 +26,7 @@ import sysconfig
 import tempfile
 import time
 
-from bench_common import history
+from bench_common import history, start_serve
 
 BIN = os.path.abspath(sys.argv[1])
 
@@ -43,15 +43,7 @@ def median_ms(f, n):
 
 def mcp_latency(env, cwd):
     """(start -> initialize answered, tools/list round trip), seconds."""
-    t = time.perf_counter()
-    p = subprocess.Popen([BIN, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, env=env, cwd=cwd, text=True, bufsize=1)
-    p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "0"}}}) + "\n")
-    p.stdin.flush()
-    p.stdout.readline()
-    start = time.perf_counter() - t
+    p, start = start_serve(BIN, env, cwd)
     p.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
     rounds = []
     for i in range(20):

@@ -148,10 +148,11 @@ impl CochangeIndex {
             return Ok((empty(), Refresh::NoHistory));
         };
         let head = repo.must_resolve(&head)?;
-        let stored = stored.filter(|s| s.depth == HISTORY_DEPTH as u32);
-        if let Some(s) = stored.as_ref().filter(|s| s.head == head_bytes(head)) {
-            return Ok((s.clone(), Refresh::Current));
-        }
+        let stored = match stored.filter(|s| s.depth == HISTORY_DEPTH as u32) {
+            // The common case, HEAD unmoved: the index read from disk is the answer, not a copy.
+            Some(s) if s.head == head_bytes(head) => return Ok((s, Refresh::Current)),
+            other => other,
+        };
         let known = match stored {
             Some(s) if repo.is_ancestor_id(gix::ObjectId::from(s.head), head)? => Some(s),
             _ => None,
