@@ -1,7 +1,7 @@
 //! Rebase conflicts: the task given back, CONFLICT_MAX, `conflicts: retry`, and pairs of
 //! tasks that conflict.
 
-use super::{Running, World, closed_in, logs, servers, world};
+use super::{Running, World, closed_in, exec_ok, logs, servers, world};
 
 /// A harness that, the first `n` times it runs in this container, lands a change to the same
 /// lines of `a.py` on main while it works, so the cell's rebase conflicts; the fix itself is the
@@ -101,4 +101,38 @@ fn three_cells_on_six_tasks_that_conflict_in_pairs_close_each_once_and_all_exit_
         assert_eq!(closed_in(&all, id), 1, "{id} closed once: {all}");
         assert_eq!(w.fixes_on_main(id), 1, "{id} fixed once on main");
     }
+}
+
+/// The git server's hook lands one empty commit on top of the first push to main, as another
+/// cell pushing right after this one would, before the cell looks at the branch again.
+const PUSH_ON_TOP: &str = r#"cat > /srv/app.git/hooks/post-receive <<'HOOK'
+#!/bin/sh
+[ -e /srv/pushed-on-top ] && exit 0
+while read old new ref; do
+  [ "$ref" = refs/heads/main ] || continue
+  touch /srv/pushed-on-top
+  export GIT_AUTHOR_NAME=other GIT_AUTHOR_EMAIL=other@example.invalid
+  export GIT_COMMITTER_NAME=other GIT_COMMITTER_EMAIL=other@example.invalid
+  c=$(git commit-tree "$new^{tree}" -p "$new" -m 'another cell, on top')
+  git update-ref refs/heads/main "$c" "$new"
+done
+HOOK
+chmod +x /srv/app.git/hooks/post-receive"#;
+
+#[test]
+fn a_push_another_cell_built_on_before_the_check_counts_as_landed() {
+    let mut w = world(&[("a.py", "ref: main")]);
+    let id = w.ids[0].clone();
+    exec_ok(&w.git, &["sh", "-c", PUSH_ON_TOP]);
+    let cell = w.cell("cell1", "sh /harness.sh", &[]);
+    w.exits(&cell, 0);
+    let l = logs(&cell);
+    assert!(!l.contains("not the pushed"), "{l}");
+    assert_eq!(closed_in(&l, &id), 1, "{l}");
+    assert_eq!(w.fixes_on_main(&id), 1);
+    assert!(
+        w.main_log().starts_with("another cell, on top"),
+        "{}",
+        w.main_log()
+    );
 }
