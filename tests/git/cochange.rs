@@ -30,7 +30,8 @@ fn cochange_counts_agree_with_git_log_name_only() {
         for f in files {
             let p = dir.join(f);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, format!("{round}\n")).unwrap();
+            // Long enough that a pack stores versions as deltas of each other.
+            std::fs::write(p, format!("{}{round}\n", "filler line\n".repeat(100))).unwrap();
         }
         env.git(&dir, &["add", "-A"]);
         env.git(&dir, &["commit", "-q", "-m", &format!("round {round}")]);
@@ -70,6 +71,10 @@ fn cochange_counts_agree_with_git_log_name_only() {
     std::fs::remove_dir_all(dir.join("pkg/sub")).unwrap();
     std::fs::write(dir.join("pkg/sub"), "now a file\n").unwrap();
     touch(&s(&["a.py"]), 103);
+    // Plain rounds last, so the pack's delta direction reads clearly at the window's head.
+    for round in 104..112 {
+        touch(&s(&["a.py", "b.py"]), round);
+    }
 
     let repo = Repo::open(&dir).unwrap();
     // The oracle: each commit's files against its first parent, newest 500, sweeps left out.
@@ -123,6 +128,44 @@ fn cochange_counts_agree_with_git_log_name_only() {
             .collect();
         assert_eq!(ours_counts, counts, "{target}");
     }
+    // Packed, the window is read in the direction the pack's deltas run: the answers stay the
+    // same with the newest objects whole (`git repack -f`, as `git gc` computes deltas) and with
+    // each version a delta on the one before (fast-import's deltas, kept by `git repack`).
+    let loose: Vec<CochangeReport> = (["pkg/sub/x.py", "a.py"].iter())
+        .map(|t| mine(&repo, &s(&[t]), 50, 0.0))
+        .collect();
+    let newest_whole = env.path("co-newest-whole.git");
+    env.git(
+        &dir,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            "--no-local",
+            ".",
+            newest_whole.to_str().unwrap(),
+        ],
+    );
+    env.git(&newest_whole, &["repack", "-adfq"]);
+    let oldest_whole = env.path("co-oldest-whole.git");
+    env.git(
+        &dir,
+        &["init", "-q", "--bare", oldest_whole.to_str().unwrap()],
+    );
+    let stream = env.git(&dir, &["fast-export", "--all"]) + "\n";
+    env.git_fed(
+        &oldest_whole,
+        &["fast-import", "--quiet"],
+        stream.as_bytes(),
+    );
+    env.git(&oldest_whole, &["repack", "-adq"]);
+    for packed in [newest_whole, oldest_whole] {
+        let repo = Repo::open(&packed).unwrap();
+        for (t, want) in ["pkg/sub/x.py", "a.py"].iter().zip(&loose) {
+            assert_eq!(&mine(&repo, &s(&[t]), 50, 0.0), want, "{t} in {packed:?}");
+        }
+    }
+
     let changed = s(&["a.py"]);
     let ours = mine(&repo, &changed, 50, 0.0);
     assert_eq!(ours.skipped_sweeps, 1);

@@ -10,14 +10,27 @@ impl TestEnv {
     /// The git CLI in this environment (hermetic HOME and config); panics with git's stderr on
     /// failure, returns trimmed stdout.
     pub fn git(&self, dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
+        self.git_fed(dir, args, b"")
+    }
+
+    /// [`TestEnv::git`] with `input` on its standard input.
+    pub fn git_fed(&self, dir: &Path, args: &[&str], input: &[u8]) -> String {
+        use std::io::Write;
+        let mut child = Command::new("git")
             .env_clear()
             .envs(self.vars.iter().map(|(k, v)| (k, v)))
             .current_dir(dir)
             .args(args)
-            .stdin(Stdio::null())
-            .output()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("the git CLI is installed");
+        let mut stdin = child.stdin.take().expect("piped");
+        // A command that reads nothing may exit before the input is written: not our failure.
+        let _ = stdin.write_all(input);
+        drop(stdin);
+        let out = child.wait_with_output().expect("git ran");
         assert!(
             out.status.success(),
             "git {args:?} in {}: {}",

@@ -286,8 +286,8 @@ type Paths = Vec<(usize, Vec<String>)>;
 
 /// The paths each of `todo`'s commits of `window` changed against its first parent, by place in
 /// the window. The commits are diffed in contiguous runs on up to one thread per core, each with
-/// its own handle on the repository and so its own object cache; within a run, a commit's parent
-/// tree is the next commit's tree, read once.
+/// its own handle on the repository and so its own caches; within a run, a commit's parent tree
+/// is the next commit's tree, read once, and the run goes the way the pack's deltas do.
 fn diff_commits(
     repo: &Repo,
     window: &[(gix::ObjectId, Option<gix::ObjectId>)],
@@ -299,10 +299,16 @@ fn diff_commits(
         .map_or(1, usize::from)
         .min(todo.len().div_ceil(PER_THREAD))
         .clamp(1, 4);
+    let oldest_first = deltas_run_forward(repo, window)?;
     let run = |repo: &Repo, part: &[usize]| -> Result<Paths, GitError> {
         let mut trees = HashMap::new();
         let mut out = Vec::with_capacity(part.len());
-        for &i in part {
+        let order: Box<dyn Iterator<Item = &usize>> = if oldest_first {
+            Box::new(part.iter().rev())
+        } else {
+            Box::new(part.iter())
+        };
+        for &i in order {
             let (commit, parent) = window[i];
             let new = tree_of(repo, &mut trees, commit)?;
             let old = match parent {
@@ -338,6 +344,32 @@ fn diff_commits(
         mined.extend(r?);
     }
     Ok(mined)
+}
+
+/// Whether this history's objects are stored as deltas on their older versions (as fast-import
+/// writes them, and as a repack that reuses deltas keeps them) rather than the other way round
+/// (as `git gc` computes them afresh, newest whole). The pack cache holds the objects asked
+/// for, not the bases passed on the way to them, so the window is read in the chains'
+/// direction: each object's base is then one read just before it. Judged by a vote of the
+/// window's newest commits, as a chain that starts afresh can mislead one of them.
+fn deltas_run_forward(
+    repo: &Repo,
+    window: &[(gix::ObjectId, Option<gix::ObjectId>)],
+) -> Result<bool, GitError> {
+    const VOTERS: usize = 7;
+    let mut trees = HashMap::new();
+    let mut votes = 0i32;
+    for (commit, parent) in window.iter().take(VOTERS) {
+        let Some(parent) = parent else { continue };
+        let older = tree_of(repo, &mut trees, *parent)?;
+        let newer = tree_of(repo, &mut trees, *commit)?;
+        votes += match repo.delta_order(older, newer)? {
+            std::cmp::Ordering::Greater => 1,
+            std::cmp::Ordering::Less => -1,
+            std::cmp::Ordering::Equal => 0,
+        };
+    }
+    Ok(votes > 0)
 }
 
 /// A commit's tree id, read once per commit.

@@ -118,11 +118,75 @@ impl std::fmt::Debug for Repo {
 /// Commits decoded during a history scan are read once each; a cache this size keeps a long
 /// walk's repeated tree/commit lookups (first-parent diffs, merge bases) off the pack decoder.
 const OBJECT_CACHE_BYTES: usize = 16 * 1024 * 1024;
+/// The pack decoder's cache of objects by place in the pack. A delta's chain is walked back only
+/// to the first object held here, so reading versions of a file or tree in the order their
+/// deltas were made costs one delta each instead of the whole chain (up to 50 deep after a
+/// `git gc`). gix sets one only with its `max-performance-safe` feature, which would also turn
+/// on its thread pool; the cap is a third of git's `core.deltaBaseCacheLimit` default.
+const PACK_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
 impl Repo {
     fn wrap(mut repo: gix::Repository) -> Repo {
         repo.object_cache_size_if_unset(OBJECT_CACHE_BYTES);
+        repo.objects.set_pack_cache(|| {
+            Box::new(gix::odb::pack::cache::lru::MemoryCappedHashmap::new(
+                PACK_CACHE_BYTES,
+            ))
+        });
         Repo { repo }
+    }
+
+    /// How many deltas stand between `id` and a whole object in its pack: 0 for a whole or loose
+    /// object. Read from the entries' headers alone.
+    fn delta_depth(&self, id: gix::ObjectId) -> Result<u32, GitError> {
+        use gix::odb::find::Header;
+        Ok(match self.repo.find_header(id).map_err(read_err)? {
+            Header::Packed(p) => p.num_deltas,
+            Header::Loose { .. } => 0,
+        })
+    }
+
+    /// Whether the changed entries of tree `new` sit deeper in their delta chains than their
+    /// versions in `old` (`Greater`: newer objects are stored as deltas on older ones), judged
+    /// by the first changed pair whose depths differ, going down through changed subtrees.
+    /// `Equal` when no pair tells.
+    pub(crate) fn delta_order(
+        &self,
+        old: gix::ObjectId,
+        new: gix::ObjectId,
+    ) -> Result<std::cmp::Ordering, GitError> {
+        use std::cmp::Ordering;
+        let (a, b) = (self.find_tree(old)?, self.find_tree(new)?);
+        let (a, b) = (tree_entries(Some(&a))?, tree_entries(Some(&b))?);
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            match tree_order(&a[i], &b[j]) {
+                Ordering::Less => i += 1,
+                Ordering::Greater => j += 1,
+                Ordering::Equal => {
+                    let (x, y) = (a[i].oid.to_owned(), b[j].oid.to_owned());
+                    if x != y {
+                        let by_depth = self.delta_depth(y)?.cmp(&self.delta_depth(x)?);
+                        if by_depth != Ordering::Equal {
+                            return Ok(by_depth);
+                        }
+                        if a[i].mode.is_tree() {
+                            let below = self.delta_order(x, y)?;
+                            if below != Ordering::Equal {
+                                return Ok(below);
+                            }
+                        }
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        Ok(Ordering::Equal)
+    }
+
+    fn find_tree(&self, id: gix::ObjectId) -> Result<gix::Tree<'_>, GitError> {
+        self.repo.find_tree(id).map_err(read_err)
     }
 
     /// Opens exactly `path` (a work tree's root or a bare repository's directory); a
@@ -459,10 +523,7 @@ impl Repo {
         if old == new {
             return Ok(());
         }
-        let read = |id: Option<gix::ObjectId>| -> Result<Option<gix::Tree<'_>>, GitError> {
-            id.map(|id| self.repo.find_tree(id).map_err(read_err))
-                .transpose()
-        };
+        let read = |id: Option<gix::ObjectId>| id.map(|id| self.find_tree(id)).transpose();
         let (a, b) = (read(old)?, read(new)?);
         let (a, b) = (tree_entries(a.as_ref())?, tree_entries(b.as_ref())?);
         let (mut i, mut j) = (0, 0);
