@@ -144,10 +144,10 @@ impl CochangeIndex {
             paths: Vec::new(),
             commits: Vec::new(),
         };
-        let Some(head) = repo.head()? else {
+        // Compared as the refs name it: an unmoved HEAD reads no object, not even its commit.
+        let Some(head) = repo.head_id()? else {
             return Ok((empty(), Refresh::NoHistory));
         };
-        let head = repo.must_resolve(&head)?;
         let stored = match stored.filter(|s| s.depth == HISTORY_DEPTH as u32) {
             // The common case, HEAD unmoved: the index read from disk is the answer, not a copy.
             Some(s) if s.head == head_bytes(head) => return Ok((s, Refresh::Current)),
@@ -284,9 +284,13 @@ fn head_bytes(id: gix::ObjectId) -> [u8; 20] {
 /// Changed paths by the commit's place in the window.
 type Paths = Vec<(usize, Vec<String>)>;
 
+/// A commit's tree and its first parent's, the two sides of its diff.
+type Sides = (gix::ObjectId, Option<gix::ObjectId>);
+
 /// The paths each of `todo`'s commits of `window` changed against its first parent, by place in
-/// the window. The commits are diffed in contiguous runs on up to one thread per core, each with
-/// its own handle on the repository and so its own caches; within a run, a commit's parent tree
+/// the window. The trees come from the commits on this thread, which the walk has just
+/// decoded; the trees are then diffed in contiguous runs on up to one thread per core, each with
+/// its own handle on the repository and so its own caches. Within a run, a commit's parent tree
 /// is the next commit's tree, read once, and the run goes the way the pack's deltas do.
 fn diff_commits(
     repo: &Repo,
@@ -299,29 +303,31 @@ fn diff_commits(
         .map_or(1, usize::from)
         .min(todo.len().div_ceil(PER_THREAD))
         .clamp(1, 4);
-    let oldest_first = deltas_run_forward(repo, window)?;
-    let run = |repo: &Repo, part: &[usize]| -> Result<Paths, GitError> {
-        let mut trees = HashMap::new();
+    let mut seen = HashMap::new();
+    let mut sides: Vec<Sides> = Vec::with_capacity(todo.len());
+    for &i in todo {
+        let (commit, parent) = window[i];
+        let new = tree_of(repo, &mut seen, commit)?;
+        let old = parent.map(|p| tree_of(repo, &mut seen, p)).transpose()?;
+        sides.push((new, old));
+    }
+    let oldest_first = deltas_run_forward(repo, &sides)?;
+    let run = |repo: &Repo, part: &[(usize, Sides)]| -> Result<Paths, GitError> {
         let mut out = Vec::with_capacity(part.len());
-        let order: Box<dyn Iterator<Item = &usize>> = if oldest_first {
+        let order: Box<dyn Iterator<Item = &(usize, Sides)>> = if oldest_first {
             Box::new(part.iter().rev())
         } else {
             Box::new(part.iter())
         };
-        for &i in order {
-            let (commit, parent) = window[i];
-            let new = tree_of(repo, &mut trees, commit)?;
-            let old = match parent {
-                Some(p) => Some(tree_of(repo, &mut trees, p)?),
-                None => None,
-            };
+        for &(i, (new, old)) in order {
             let mut files = Vec::new();
             repo.changed_paths(old, Some(new), "", &mut files)?;
             out.push((i, files));
         }
         Ok(out)
     };
-    let parts: Vec<&[usize]> = todo.chunks(todo.len().div_ceil(threads).max(1)).collect();
+    let todo: Vec<(usize, Sides)> = todo.iter().copied().zip(sides).collect();
+    let parts: Vec<&[(usize, Sides)]> = todo.chunks(todo.len().div_ceil(threads).max(1)).collect();
     let results: Vec<Result<Paths, GitError>> = if parts.len() <= 1 {
         parts.iter().map(|p| run(repo, p)).collect()
     } else {
@@ -351,19 +357,13 @@ fn diff_commits(
 /// (as `git gc` computes them afresh, newest whole). The pack cache holds the objects asked
 /// for, not the bases passed on the way to them, so the window is read in the chains'
 /// direction: each object's base is then one read just before it. Judged by a vote of the
-/// window's newest commits, as a chain that starts afresh can mislead one of them.
-fn deltas_run_forward(
-    repo: &Repo,
-    window: &[(gix::ObjectId, Option<gix::ObjectId>)],
-) -> Result<bool, GitError> {
+/// newest diffs, as a chain that starts afresh can mislead one of them.
+fn deltas_run_forward(repo: &Repo, sides: &[Sides]) -> Result<bool, GitError> {
     const VOTERS: usize = 7;
-    let mut trees = HashMap::new();
     let mut votes = 0i32;
-    for (commit, parent) in window.iter().take(VOTERS) {
-        let Some(parent) = parent else { continue };
-        let older = tree_of(repo, &mut trees, *parent)?;
-        let newer = tree_of(repo, &mut trees, *commit)?;
-        votes += match repo.delta_order(older, newer)? {
+    for (newer, older) in sides.iter().take(VOTERS) {
+        let Some(older) = older else { continue };
+        votes += match repo.delta_order(*older, *newer)? {
             std::cmp::Ordering::Greater => 1,
             std::cmp::Ordering::Less => -1,
             std::cmp::Ordering::Equal => 0,

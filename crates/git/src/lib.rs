@@ -232,8 +232,13 @@ impl Repo {
 
     /// HEAD's commit, full sha; `None` on an unborn branch.
     pub fn head(&self) -> Result<Option<String>, GitError> {
+        Ok(self.head_id()?.map(|id| id.to_string()))
+    }
+
+    /// HEAD's commit as the refs name it, without reading any object.
+    pub(crate) fn head_id(&self) -> Result<Option<gix::ObjectId>, GitError> {
         let head = self.repo.head().map_err(read_err)?;
-        Ok(head.id().map(|id| id.to_string()))
+        Ok(head.id().map(gix::Id::detach))
     }
 
     /// The branch HEAD points to, short name; `None` when detached.
