@@ -42,9 +42,18 @@ async fn findings_tools_share_through_the_ledger() {
     insta::assert_snapshot!("shared_record_finding", normalize(&rec, &env));
     let id = rec.split_whitespace().nth(1).expect("id").to_string();
 
+    assert!(
+        env.path("home/.metabob/store.sqlite").exists(),
+        "a write makes the store"
+    );
+
     // The other checkout sees it, and its duplicate check finds it.
     let seen = b.shown(&env, "get_problems", json!({})).await;
     insta::assert_snapshot!("shared_get_problems_from_the_other_checkout", seen);
+    assert!(
+        !env.path("store-two.sqlite").exists(),
+        "a read before any write creates no store"
+    );
     let dup = b
         .shown(
             &env,

@@ -116,12 +116,22 @@ impl Ctx {
     pub fn store(&self) -> Result<Arc<Store>, String> {
         self.store
             .get_or_init(|| {
-                let path = store_path(&self.env).ok_or_else(|| {
-                    "the local store is unavailable: no HOME and no METABOB_STORE".to_string()
-                })?;
+                let path = store_path(&self.env).ok_or_else(|| NO_STORE.to_string())?;
                 Store::open(&path).map(Arc::new).map_err(|e| e.to_string())
             })
             .clone()
+    }
+
+    /// The local store for a question: `None` while no store file exists (nothing was ever
+    /// recorded), so that a read neither creates one nor pays for opening SQLite.
+    pub fn store_to_read(&self) -> Result<Option<Arc<Store>>, String> {
+        if self.store.get().is_none() {
+            let path = store_path(&self.env).ok_or_else(|| NO_STORE.to_string())?;
+            if !path.exists() {
+                return Ok(None);
+            }
+        }
+        self.store().map(Some)
     }
 
     /// The agent-resolver queue, opened on first use; the error line when it cannot open.
@@ -167,6 +177,8 @@ impl Ctx {
 }
 
 /// A workspace's id: a hash of its path, so two checkouts never share a cache entry.
+const NO_STORE: &str = "the local store is unavailable: no HOME and no METABOB_STORE";
+
 pub fn workspace_id(workspace: &Path) -> String {
     metabob_wire::util::sha256_hex(workspace.display().to_string().as_bytes())[..16].to_string()
 }

@@ -139,14 +139,13 @@ struct Named {
 }
 
 async fn resolve_named(ctx: &Ctx, att: &Attachment, ws: &Path, id: &str) -> Result<Named, String> {
-    let store = ctx.store();
-    let seeds = match &store {
-        Ok(st) if id.starts_with("agf_") => match st.get(id).map_err(|e| e.to_string())? {
+    let seeds = match &ctx.store_to_read() {
+        Ok(Some(st)) if id.starts_with("agf_") => match st.get(id).map_err(|e| e.to_string())? {
             Some(seed) => st.group(&seed.group_id).map_err(|e| e.to_string())?,
             None => Vec::new(),
         },
-        Ok(st) => st.by_concept(id).map_err(|e| e.to_string())?,
-        Err(_) => Vec::new(),
+        Ok(Some(st)) => st.by_concept(id).map_err(|e| e.to_string())?,
+        Ok(None) | Err(_) => Vec::new(),
     };
     let concept = seeds
         .iter()

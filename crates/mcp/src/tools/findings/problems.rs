@@ -19,7 +19,10 @@ use metabob_wire::util::rfc3339_ms;
 /// Retires this machine's seeds of every finding the recall shows closed (anchor:
 /// retire_closed_seeds): a fix leaves them stale, a retraction deletes them.
 fn retire_closed(ctx: &Ctx, view: &LedgerView) {
-    let Ok(store) = ctx.store() else { return };
+    // No store yet: no seed to retire.
+    let Ok(Some(store)) = ctx.store_to_read() else {
+        return;
+    };
     for r in &view.findings {
         let Standing::Closed { verdict } = view.standing(&r.finding) else {
             continue;

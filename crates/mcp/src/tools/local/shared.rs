@@ -104,11 +104,13 @@ pub fn graph_line(ctx: &Ctx, ws: &Path) -> String {
     }
 }
 
-/// The open seeds of this workspace, or the store's error line.
+/// The open seeds of this workspace (none before anything was recorded), or the store's error
+/// line.
 pub fn local_seeds(ctx: &Ctx, ws: &Path) -> Result<Vec<Seed>, String> {
-    ctx.store()?
-        .seeds(&ws.display().to_string(), false)
-        .map_err(|e| e.to_string())
+    match ctx.store_to_read()? {
+        None => Ok(Vec::new()),
+        Some(store) => (store.seeds(&ws.display().to_string(), false)).map_err(|e| e.to_string()),
+    }
 }
 
 /// One seed per finding: a multi-file finding's seeds share a group.
