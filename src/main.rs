@@ -35,10 +35,15 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `tool` answers one question and exits: the worker threads of a multi-thread runtime (made,
+    // their stacks faulted in, then joined) cost it more than they could save. Its heavy reads
+    // run on the blocking pool either way.
+    let mut builder = if cli.is_one_tool_call() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             metabob_wire::errln!("error: cannot start the async runtime: {e}");

@@ -27,6 +27,13 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+impl Cli {
+    /// `tool …`: one question, answered in process, then the exit.
+    pub fn is_one_tool_call(&self) -> bool {
+        matches!(self.command, Some(Command::Tool(_)))
+    }
+}
+
 const EXAMPLES: &str = "\
 Examples:
   metabob-mcp ledger serve                         # a ledger on 127.0.0.1:18100, data in ~/.substrate
