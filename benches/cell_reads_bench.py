@@ -5,7 +5,8 @@ Usage: benches/cell_reads_bench.py OURS_BINARY [--baseline BASELINE_BINARY] [--r
 
   1. `tool call predict_cochanges` over a generated 5,000-commit history, a fresh process
      each time, with an empty cache and with the cache an earlier process left, against
-     `git log --name-only -n 500` on the same repository;
+     `git log --name-only -n 500` on the same repository; and the same question to a running
+     `serve`, as the agent asks it;
   2. the persisted code index of the Python standard library: its size on disk, and
      `tool call analyze_impact` answered from it (a warm restart);
   3. `metabob-mcp serve` start to the initialize answer;
@@ -107,6 +108,40 @@ def close_worst_case(bins, base, tmp, runs, n=50_000):
     return {name: round(statistics.median(xs) * 1000, 1) for name, xs in times.items()}
 
 
+def in_serve(bins, env, repo, arguments, runs):
+    """{name: median ms} of a `predict_cochanges` round trip to a running `serve`, as the agent
+    makes it: each binary's server started once (its first call left out), calls alternating."""
+    procs = {}
+    for name, binary in bins.items():
+        p, _ = start_serve(binary, dict(env[name], WORKSPACE_PATH=repo), repo)
+        p.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        procs[name] = p
+    ids = iter(range(2, 1 << 30))
+
+    def call(p):
+        i = next(ids)
+        t = time.perf_counter()
+        p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+            "name": "predict_cochanges", "arguments": arguments}}) + "\n")
+        p.stdin.flush()
+        while True:
+            reply = json.loads(p.stdout.readline())
+            if reply.get("id") == i:
+                break
+        dt = time.perf_counter() - t
+        if reply["result"].get("isError"):
+            raise SystemExit(f"predict_cochanges in serve: {reply}")
+        return dt
+
+    for p in procs.values():
+        call(p)
+    got = alternate(runs, {name: (lambda p=p: call(p)) for name, p in procs.items()})
+    for p in procs.values():
+        p.stdin.close()
+        p.wait()
+    return got
+
+
 def alternate(runs, sides):
     """{name: median ms}, the sides run one after another in each round."""
     got = {name: [] for name in sides}
@@ -160,6 +195,8 @@ def main():
         sides = {"git_log_name_only_500": git_log}
         sides.update({f"{name}_warm": cochange(name, False) for name in bins})
         out["cochange_warm_ms"] = alternate(a.runs, sides)
+
+        out["cochange_in_serve_ms"] = in_serve(bins, env, repo, json.loads(args), a.runs * 3)
 
         stdlib = sysconfig.get_paths()["stdlib"]
         sizes = {}
