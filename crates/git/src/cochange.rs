@@ -65,17 +65,7 @@ pub struct CochangeIndex {
 }
 
 /// Why a stored index was not used as it was.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Discarded {
-    #[error("missing")]
-    Missing,
-    #[error("unreadable({0})")]
-    Unreadable(String),
-    #[error("version({found}, {expected})")]
-    Version { found: u32, expected: u32 },
-    #[error("corrupt({0})")]
-    Corrupt(String),
-}
+pub use metabob_wire::stored::Unusable as Discarded;
 
 /// What bringing an index up to HEAD took.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,24 +85,8 @@ impl CochangeIndex {
     /// The stored index at `path`, checked for shape; whether it fits the repository is
     /// [`CochangeIndex::refresh`]'s question.
     pub fn load(path: &Path) -> Result<CochangeIndex, Discarded> {
-        let bytes = metabob_wire::util::read_bounded_bytes(path, MAX_INDEX_BYTES).map_err(|e| {
-            match e.kind() {
-                std::io::ErrorKind::NotFound => Discarded::Missing,
-                _ => Discarded::Unreadable(e.to_string()),
-            }
-        })?;
-        // The version leads the file, so an index of another version is named as such even
-        // when the rest no longer decodes.
-        let (found, _) = postcard::take_from_bytes::<u32>(&bytes)
-            .map_err(|e| Discarded::Corrupt(e.to_string()))?;
-        if found != COCHANGE_INDEX_VERSION {
-            return Err(Discarded::Version {
-                found,
-                expected: COCHANGE_INDEX_VERSION,
-            });
-        }
-        let index: CochangeIndex =
-            postcard::from_bytes(&bytes).map_err(|e| Discarded::Corrupt(e.to_string()))?;
+        let bytes = metabob_wire::stored::read(path, MAX_INDEX_BYTES)?;
+        let index: CochangeIndex = metabob_wire::stored::decode(&bytes, COCHANGE_INDEX_VERSION)?;
         let n = index.paths.len() as u64;
         let in_range = index.commits.len() <= HISTORY_DEPTH
             && (index.commits.iter())
@@ -125,8 +99,7 @@ impl CochangeIndex {
 
     /// Writes the index whole, atomically: a reader sees the old file or the new one.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let bytes = postcard::to_stdvec(self).map_err(std::io::Error::other)?;
-        metabob_wire::util::write_atomic(path, &bytes, Some(0o600))
+        metabob_wire::stored::write(path, self)
     }
 
     /// The index of `repo`'s HEAD (anchor: cochange_refresh). A `stored` index whose HEAD is an

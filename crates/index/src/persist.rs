@@ -12,6 +12,8 @@ use std::path::Path;
 use petgraph::graph::DiGraph;
 use serde::{Deserialize, Serialize};
 
+use metabob_wire::stored::{self, Unusable};
+
 use super::{Component, EdgeKind, FileRec, Index, IndexOptions, Kind, Lang, Scan, Skipped, scan};
 
 /// Bumped whenever the document's shape or what parsing extracts changes.
@@ -25,14 +27,9 @@ const MAX_CACHE_BYTES: u64 = 512 << 20;
 /// Why a cache was not used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Discarded {
-    #[error("missing")]
-    Missing,
-    #[error("unreadable({0})")]
-    Unreadable(String),
-    #[error("version({found}, {expected})")]
-    Version { found: u32, expected: u32 },
-    #[error("corrupt({0})")]
-    Corrupt(String),
+    /// Missing, unreadable, of another version or corrupt, as for every stored file.
+    #[error(transparent)]
+    Stored(#[from] Unusable),
     #[error("root_changed")]
     RootChanged,
     #[error("options_changed")]
@@ -116,15 +113,14 @@ fn invalid(msg: &str) -> std::io::Error {
 }
 
 fn corrupt(msg: &str) -> Discarded {
-    Discarded::Corrupt(msg.to_string())
+    Unusable::Corrupt(msg.to_string()).into()
 }
 
 impl Index {
     /// Writes a complete index; a partial one is refused (`InvalidInput`), since a cache is
     /// only worth loading when it answers without parsing anything.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let bytes = postcard::to_stdvec(&self.packed()?).map_err(std::io::Error::other)?;
-        metabob_wire::util::write_atomic(path, &bytes, Some(0o600))
+        stored::write(path, &self.packed()?)
     }
 
     fn complete_options(&self) -> std::io::Result<&IndexOptions> {
@@ -212,15 +208,7 @@ impl Index {
 
     /// The cached index for `root` and `opts`, if every candidate file still stats the same.
     pub fn load(path: &Path, root: &Path, opts: &IndexOptions) -> Result<Index, Discarded> {
-        let bytes = read_cache(path)?;
-        // The version leads the document, so another version is named even when nothing
-        // else of it decodes.
-        let (found, _) =
-            postcard::take_from_bytes::<u32>(&bytes).map_err(|e| corrupt(&e.to_string()))?;
-        if found != CACHE_VERSION {
-            return Err(version(found));
-        }
-        let doc: Packed = postcard::from_bytes(&bytes).map_err(|e| corrupt(&e.to_string()))?;
+        let doc: Packed = stored::decode(&stored::read(path, MAX_CACHE_BYTES)?, CACHE_VERSION)?;
         let mut index = Index::new(root);
         check_root_and_options(&index, &doc.root, &doc.options, opts)?;
         let files = unpack_files(&doc)?;
@@ -248,7 +236,7 @@ impl Index {
         opts: &IndexOptions,
     ) -> Result<Index, Discarded> {
         match Index::load(path, root, opts) {
-            Err(Discarded::Missing) if legacy.exists() => {}
+            Err(Discarded::Stored(Unusable::Missing)) if legacy.exists() => {}
             other => return other,
         }
         let loaded = Index::load_legacy_json(legacy, root, opts);
@@ -268,7 +256,7 @@ impl Index {
         root: &Path,
         opts: &IndexOptions,
     ) -> Result<Index, Discarded> {
-        let bytes = read_cache(path)?;
+        let bytes = stored::read(path, MAX_CACHE_BYTES)?;
         let doc: LegacyDoc = serde_json::from_slice(&bytes).map_err(|e| {
             match serde_json::from_slice::<Header>(&bytes) {
                 Ok(h) if h.version != LEGACY_JSON_VERSION => legacy_version(h.version),
@@ -347,7 +335,7 @@ impl Index {
         elapsed_ms: u64,
     ) -> Result<(), Discarded> {
         let opts = opts.normalized();
-        let now = scan(&self.root, &opts).map_err(|e| Discarded::Unreadable(e.to_string()))?;
+        let now = scan(&self.root, &opts).map_err(|e| Unusable::Unreadable(e.to_string()))?;
         if let Some(d) = difference(&stored, &now) {
             return Err(d);
         }
@@ -372,13 +360,6 @@ impl Index {
         self.elapsed_ms = elapsed_ms;
         Ok(())
     }
-}
-
-fn read_cache(path: &Path) -> Result<Vec<u8>, Discarded> {
-    metabob_wire::util::read_bounded_bytes(path, MAX_CACHE_BYTES).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Discarded::Missing,
-        _ => Discarded::Unreadable(e.to_string()),
-    })
 }
 
 fn check_root_and_options(
@@ -489,18 +470,12 @@ struct Header {
     version: u32,
 }
 
-fn version(found: u32) -> Discarded {
-    Discarded::Version {
-        found,
-        expected: CACHE_VERSION,
-    }
-}
-
 fn legacy_version(found: u32) -> Discarded {
-    Discarded::Version {
+    Unusable::Version {
         found,
         expected: LEGACY_JSON_VERSION,
     }
+    .into()
 }
 
 /// The first way the current listing differs from the stored one, if any.

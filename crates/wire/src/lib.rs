@@ -28,6 +28,7 @@ pub mod related;
 pub mod repo_identity;
 pub mod row;
 pub mod shapes;
+pub mod stored;
 pub mod trailers;
 pub mod util;
 pub mod verdict;

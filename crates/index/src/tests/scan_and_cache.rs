@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use super::*;
+use metabob_wire::stored::Unusable;
 
 /// The cache's two readers, during the migration from JSON: every cache test runs on both.
 #[derive(Clone, Copy, Debug)]
@@ -193,7 +194,7 @@ fn cache_round_trip_in(format: Format) {
         Some("root_changed")
     );
     let missing = format.load(&ws.path().join("none"), ws.path(), &opts);
-    assert_eq!(missing.err(), Some(Discarded::Missing));
+    assert_eq!(missing.err(), Some(Discarded::Stored(Unusable::Missing)));
 }
 
 #[test]
@@ -252,17 +253,17 @@ fn version_mismatch_discards() {
     bytes[0] = 99;
     std::fs::write(&bin, &bytes).expect("write");
     let err = Index::load(&bin, ws.path(), &opts).err();
-    let want = Discarded::Version {
+    let want = Discarded::Stored(Unusable::Version {
         found: 99,
         expected: CACHE_VERSION,
-    };
+    });
     assert_eq!(err, Some(want));
     // A JSON cache where the binary one is looked for is another version, not corruption.
     let cache = ws.path().join("index.json");
     indexed(ws.path()).save_legacy_json(&cache).expect("save");
     assert!(matches!(
         Index::load(&cache, ws.path(), &opts),
-        Err(Discarded::Version { .. })
+        Err(Discarded::Stored(Unusable::Version { .. }))
     ));
 
     let load = || Index::load_legacy_json(&cache, ws.path(), &IndexOptions::default()).err();
@@ -273,10 +274,10 @@ fn version_mismatch_discards() {
     let expected = LEGACY_JSON_VERSION;
     assert_eq!(
         load(),
-        Some(Discarded::Version {
+        Some(Discarded::Stored(Unusable::Version {
             found: 999,
             expected
-        })
+        }))
     );
     assert_eq!(
         load().map(|e| e.to_string()),
@@ -284,7 +285,10 @@ fn version_mismatch_discards() {
     );
     // An older shape that no longer parses is still named by its version.
     std::fs::write(&cache, b"{\"version\":0,\"stuff\":[]}").expect("write");
-    assert_eq!(load(), Some(Discarded::Version { found: 0, expected }));
+    assert_eq!(
+        load(),
+        Some(Discarded::Stored(Unusable::Version { found: 0, expected }))
+    );
 }
 
 /// Every truncation and every single-byte change of a binary cache is discarded or loads;
@@ -300,7 +304,12 @@ fn a_damaged_binary_cache_is_discarded_without_panicking() {
         std::fs::write(&cache, &good[..cut]).expect("write");
         let err = Index::load(&cache, ws.path(), &opts).err();
         assert!(
-            matches!(err, Some(Discarded::Corrupt(_) | Discarded::Version { .. })),
+            matches!(
+                err,
+                Some(Discarded::Stored(
+                    Unusable::Corrupt(_) | Unusable::Version { .. }
+                ))
+            ),
             "cut at {cut}: {err:?}"
         );
     }
@@ -332,7 +341,7 @@ fn a_json_cache_migrates_to_the_binary_form_once() {
     std::fs::remove_file(&bin).expect("rm");
     assert_eq!(
         Index::migrate(&bin, &json, ws.path(), &opts).err(),
-        Some(Discarded::Missing)
+        Some(Discarded::Stored(Unusable::Missing))
     );
     // A JSON cache that no longer holds is dropped, not kept to be read again.
     index.save_legacy_json(&json).expect("save");
@@ -381,7 +390,8 @@ fn corrupt_cache_discards_without_panicking() {
         let err = Index::load_legacy_json(&cache, ws.path(), &IndexOptions::default()).err();
         let text = err.as_ref().map(|e| e.to_string()).unwrap_or_default();
         assert!(
-            matches!(err, Some(Discarded::Corrupt(_))) && text.starts_with("corrupt("),
+            matches!(err, Some(Discarded::Stored(Unusable::Corrupt(_))))
+                && text.starts_with("corrupt("),
             "{i}: {err:?}"
         );
     }
