@@ -12,6 +12,10 @@ pub enum Exit {
     TryLater = 4,
     /// `task pull`: the task taken failed for a cause of its own and was parked; pull again.
     TaskFailed = 5,
+    /// `cell run`: stopped by SIGINT (128 + 2, as a shell reports it).
+    Interrupted = 130,
+    /// `cell run`: stopped by SIGTERM, what `docker stop` sends (128 + 15).
+    Terminated = 143,
 }
 
 impl From<Exit> for std::process::ExitCode {

@@ -2,6 +2,7 @@
 //! text) and a `run` that calls the library. No decisions are made here.
 
 pub mod attach;
+pub mod cell;
 pub mod doctor;
 pub mod finding;
 pub mod ledger;
@@ -102,6 +103,8 @@ impl Connect {
 pub enum Command {
     /// Run the attachment once and print each hop; exit 0 only when attached and a read resolved.
     Attach(attach::AttachArgs),
+    /// A container cell's loop: pull, harness, integrate, push, verify, close, again.
+    Cell(cell::CellArgs),
     /// Diagnose configuration, network path and attachment.
     Doctor(doctor::DoctorArgs),
     /// Findings: close by commit, record.
@@ -122,6 +125,7 @@ impl Command {
     fn connect(&mut self) -> Result<&mut Connect, &'static str> {
         match self {
             Command::Attach(a) => Ok(&mut a.connect),
+            Command::Cell(a) => Ok(a.connect()),
             Command::Doctor(a) => Ok(&mut a.connect),
             Command::Finding(a) => Ok(a.connect()),
             Command::Serve(a) => Ok(&mut a.connect),
@@ -154,6 +158,7 @@ pub async fn run(cli: Cli, mut env: Env) -> CliResult {
         Command::Serve(args) => serve::run(args, env).await,
         Command::Tool(args) => tool::run(args, env).await,
         Command::Attach(args) => attach::run(args, env).await,
+        Command::Cell(args) => cell::run(args, env).await,
         Command::Doctor(args) => doctor::run(args, env).await,
         Command::Finding(args) => finding::run(args, env).await,
         Command::Ledger(args) => ledger::run(args, env).await,
@@ -175,7 +180,7 @@ pub(crate) fn cell_error(context: &str, e: metabob_cell::CellError) -> crate::er
     use crate::error::CliError;
     use metabob_cell::CellError;
     match e {
-        CellError::NotAttached(line) => CliError::not_attached(line),
+        CellError::NotAttached(cause) => CliError::not_attached(cause.to_string()),
         // Met partway, a lost attachment is still "not attached": the caller's exit code must
         // not depend on when the key was revoked or the ledger went away.
         CellError::Ledger(e) if e.is_detachment() => {

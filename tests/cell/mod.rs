@@ -4,6 +4,7 @@
 mod close;
 mod pull;
 mod race;
+mod run;
 
 use std::path::{Path, PathBuf};
 

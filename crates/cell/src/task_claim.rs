@@ -27,6 +27,9 @@ pub enum GiveBack {
         reason: Option<String>,
         park_after: usize,
     },
+    /// Park it at once: the cause is the task's and lasting (a push the origin refuses for
+    /// good, a target it lacks), so no other cell needs to try.
+    Park { reason: String },
 }
 
 /// Renews, releases or fails the claim recorded in `<task_dir>/task.json` (anchor:
@@ -50,8 +53,21 @@ pub async fn renew_or_release(
         GiveBack::Renew { minutes } => (ClaimAction::Renew, *minutes, None),
         GiveBack::Release { reason } => (ClaimAction::Release, None, reason.as_deref()),
         GiveBack::Fail { reason, .. } => (ClaimAction::Fail, None, reason.as_deref()),
+        GiveBack::Park { reason } => (ClaimAction::Release, None, Some(reason.as_str())),
     };
     let (me, session) = (&task.vessel_id, &task.session);
+    // The park goes first: a parked task is held by nobody, and the release after it says why.
+    let parked = match &given {
+        GiveBack::Park { reason } => {
+            let parked = Parked {
+                reason: reason.clone(),
+                tried_by: vec![me.clone()],
+            };
+            parking::park(&att, &finding, me, session, &parked).await?;
+            Some(parked)
+        }
+        _ => None,
+    };
     let minutes = minutes.unwrap_or(task.claim.minutes);
     let outcome =
         claims::claim_finding(&att, &finding, me, session, minutes, action, reason).await?;
@@ -60,7 +76,7 @@ pub async fn renew_or_release(
             let reason = reason.as_deref().unwrap_or("the task failed");
             parking::park_after_failures(&att, &finding, me, session, reason, park_after).await?
         }
-        _ => None,
+        _ => parked,
     };
     Ok((outcome, parked))
 }

@@ -1,6 +1,5 @@
 //! `task.json`: what `task pull` hands the rest of the cell (SPEC.md §task pull). One type,
-//! written by `task pull` and read by `task renew`/`release`, `finding close` and (by its field
-//! names) the entrypoint script.
+//! written by `task pull` and read by `task renew`/`release`, `finding close` and `cell run`.
 
 use std::path::Path;
 
@@ -133,36 +132,6 @@ mod tests {
                 defaulted: true,
             },
             vessel_id: "cell-1".into(),
-        }
-    }
-
-    /// The entrypoint reads task.json with grep, one `"name": "value"` string per field; every
-    /// name it asks for must be a string field that appears once.
-    #[test]
-    fn every_field_the_entrypoint_reads_is_written_once_as_a_string() {
-        let script = include_str!("../../../entrypoint/cell-entrypoint");
-        let asked: Vec<&str> = script
-            .match_indices("task_field ")
-            .filter_map(|(i, m)| {
-                let rest = &script[i + m.len()..];
-                let name: &str = rest
-                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .next()?;
-                (!name.is_empty()).then_some(name)
-            })
-            .collect();
-        assert!(
-            asked.len() >= 4,
-            "the entrypoint's task_field reads were not found: {asked:?}"
-        );
-        let text = serde_json::to_string_pretty(&sample()).expect("serializes");
-        for name in asked {
-            let key = format!("\"{name}\": \"");
-            assert_eq!(
-                text.matches(&key).count(),
-                1,
-                "{name} must appear once as a string in task.json:\n{text}"
-            );
         }
     }
 

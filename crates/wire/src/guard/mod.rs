@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::env::Env;
 pub use redact::{MASK, redact_url_credentials};
-pub use scan::{SecretKind, entropy, is_placeholder, is_secret_name};
+pub use scan::{SecretKind, entropy, is_placeholder, is_secret_name, scan_patterns};
 
 /// How the substrate treats a field: prose is read by people and agents, so a home path in it
 /// can be shortened to `~`; an acted-on field is used as given (a path, a ref, a goal), so

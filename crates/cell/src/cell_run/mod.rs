@@ -1,0 +1,1009 @@
+//! `cell run`: the container cell's loop (SPEC.md §The cell entrypoint). Pull a task, keep its
+//! claim alive while the harness works, move the harness's commits (only those) onto the
+//! task's target, fence, push, verify, close, and pull again. The decisions are the pure
+//! [`machine::Machine`]'s; this module performs them, calling task pull, renew, release and
+//! finding close in process and matching on their typed results.
+
+pub mod config;
+mod git;
+mod harness;
+mod log;
+pub mod machine;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::CellError;
+use crate::finding_close::{self, CloseOptions, Commits, Outcome};
+use crate::ledger::claims::ClaimOutcome;
+use crate::task_claim::{GiveBack as Claim, renew_or_release};
+use crate::task_file::TaskFile;
+use crate::task_pull::{self, PullOptions, PullStatus};
+use config::CellConfig;
+use git::{Git, Pushed, Rebased};
+use log::{Line, Log};
+use machine::{
+    Action, Backoff, CloseEnd, Event, FenceEnd, GiveBack, HarnessEnd, IntegrateEnd, Limits,
+    Machine, PullEnd, PushEnd, Then, fail_max_line,
+};
+use metabob_wire::env::Env;
+use metabob_wire::util::random_u16;
+
+/// The task in hand.
+struct Current {
+    task: TaskFile,
+    /// The commit below the harness's commits: the clone's base, then the target's tip each
+    /// rebase moved them onto.
+    base: String,
+    heartbeat: tokio::task::JoinHandle<()>,
+    lost: watch::Receiver<Option<String>>,
+}
+
+struct Cell {
+    cfg: CellConfig,
+    env: Env,
+    log: Log,
+    machine: Machine,
+    git: Git,
+    group: harness::Group,
+    secrets: Vec<String>,
+    current: Option<Current>,
+}
+
+/// Runs the loop until nothing is left to do (exit 0), the cell fails (1), the ledger is away
+/// past LEDGER_WAIT or not attached (2), or a signal stops it (143 TERM, 130 INT).
+pub async fn run(cfg: CellConfig, mut env: Env) -> u8 {
+    // The harness and every git step see where the task is.
+    env.set("TASK_DIR", cfg.task_dir.to_string_lossy());
+    env.set("WORK_DIR", cfg.work_dir.to_string_lossy());
+    env.set("ORIGIN", cfg.origin.clone());
+    env.set("VESSEL_ID", cfg.vessel_id.clone());
+    let log = Log::new(cfg.log_format, &cfg.vessel_id);
+    for v in &cfg.retired {
+        log.note(
+            "start",
+            format!("{v} no longer acts: a conflict counts like a failure of the task and never ends the cell"),
+        );
+    }
+    let (mut term, mut int) = match signals() {
+        Ok(s) => s,
+        Err(e) => {
+            log.note("start", format!("cannot listen for signals: {e}"));
+            return 1;
+        }
+    };
+    let limits = Limits {
+        fail_max: cfg.fail_max,
+        push_tries: cfg.push_tries,
+        conflict_retries: cfg.conflict_retries,
+        retry_max_s: cfg.retry_max_s,
+        idle_poll_s: cfg.idle_poll_s,
+        wait_when_empty: cfg.wait_when_empty,
+        retry_conflicts: false,
+    };
+    let secrets = ["METABOB_API_KEY"]
+        .iter()
+        .filter_map(|k| env.get(k).map(str::to_owned))
+        .collect();
+    let mut cell = Cell {
+        git: Git::new(&cfg.work_dir, &env),
+        machine: Machine::new(limits),
+        cfg,
+        env,
+        log,
+        group: harness::Group::default(),
+        secrets,
+        current: None,
+    };
+    // A restarted cell pulls again and, holding its claim still, resumes the same task.
+    cell.clear_dirs();
+    let interrupted = {
+        let work = cell.run_loop();
+        tokio::pin!(work);
+        tokio::select! {
+            code = &mut work => return code,
+            _ = term.recv() => 143,
+            _ = int.recv() => 130,
+        }
+    };
+    cell.interrupted(interrupted).await
+}
+
+fn signals() -> std::io::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Ok((
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::interrupt())?,
+    ))
+}
+
+fn random() -> u64 {
+    u64::from(random_u16())
+}
+
+impl Cell {
+    async fn run_loop(&mut self) -> u8 {
+        let mut action = Action::Pull;
+        loop {
+            let event = match action {
+                Action::Pull => Event::Pull(self.pull().await),
+                Action::Wait { secs, sweep } => {
+                    if sweep {
+                        self.sweep().await;
+                    }
+                    tokio::time::sleep(Duration::from_secs(secs)).await;
+                    action = Action::Pull;
+                    continue;
+                }
+                Action::RunHarness => Event::Harness(self.harness().await),
+                Action::Fence => Event::Fence(self.fence().await),
+                Action::Integrate => Event::Integrate(self.integrate().await),
+                Action::Push => Event::Push(self.push().await),
+                Action::PushAgain { tries } => {
+                    let id = self.task_id();
+                    self.log.line(Line {
+                        step: "push",
+                        task: Some(&id),
+                        outcome: "race",
+                        since: None,
+                        reason: None,
+                        message: format!("{id}: the push lost a race; fetching and rebasing again"),
+                    });
+                    tokio::time::sleep(machine::push_pause(tries, random())).await;
+                    action = Action::Fence;
+                    continue;
+                }
+                Action::Verify => Event::Verify(self.verify().await),
+                Action::Close => Event::Close(self.close().await),
+                Action::Redo { attempt, of } => match self.redo(attempt, of).await {
+                    Ok(()) => {
+                        action = Action::RunHarness;
+                        continue;
+                    }
+                    Err(why) => Event::Integrate(IntegrateEnd::OriginAway { why }),
+                },
+                Action::GiveBack {
+                    how,
+                    reason,
+                    salvage,
+                    then,
+                } => {
+                    self.give_back(how, &reason, salvage).await;
+                    match then {
+                        Then::Pull => {
+                            action = Action::Pull;
+                            continue;
+                        }
+                        Then::Exit(code) => {
+                            let fails = self.machine.fails_in_a_row();
+                            self.log
+                                .note("stop", fail_max_line(fails, self.cfg.fail_max));
+                            return code;
+                        }
+                    }
+                }
+                Action::Salvage { why, then } => {
+                    self.salvage(&why).await;
+                    match then {
+                        Then::Pull => {
+                            action = Action::Pull;
+                            continue;
+                        }
+                        Then::Exit(code) => return code,
+                    }
+                }
+                Action::Finish { closed } => {
+                    self.finish(closed).await;
+                    action = Action::Pull;
+                    continue;
+                }
+                Action::Exit(code) => return code,
+            };
+            action = self.machine.step(event);
+        }
+    }
+
+    fn task_id(&self) -> String {
+        self.current
+            .as_ref()
+            .map(|c| c.task.task_id.clone())
+            .unwrap_or_default()
+    }
+
+    fn task_line(
+        &self,
+        step: &str,
+        outcome: &str,
+        since: Option<Instant>,
+        reason: Option<&str>,
+        message: String,
+    ) {
+        let id = self.task_id();
+        self.log.line(Line {
+            step,
+            task: Some(&id).filter(|i| !i.is_empty()).map(|s| s.as_str()),
+            outcome,
+            since,
+            reason,
+            message,
+        });
+    }
+
+    /// A ledger call, with an outage waited out (anchor: ledger_call): pauses with backoff and
+    /// jitter up to LEDGER_WAIT in all, while the failure is one that can clear by itself.
+    async fn ledger<T, F, Fut>(&self, mut call: F) -> Result<T, CellError>
+    where
+        F: FnMut(Env) -> Fut,
+        Fut: std::future::Future<Output = Result<T, CellError>>,
+    {
+        let mut backoff = Backoff::new(self.cfg.ledger_wait);
+        loop {
+            match call(self.env.clone()).await {
+                Err(e) if e.is_outage() => {
+                    if backoff.first() {
+                        self.log.note(
+                            "ledger",
+                            format!(
+                                "the ledger does not answer; waiting up to {}s ({e})",
+                                self.cfg.ledger_wait.as_secs()
+                            ),
+                        );
+                    }
+                    match backoff.next(random()) {
+                        Some(pause) => tokio::time::sleep(pause).await,
+                        None => {
+                            self.log.note(
+                                "ledger",
+                                format!(
+                                    "the ledger did not answer for {}s (LEDGER_WAIT={}); giving up",
+                                    backoff.waited().as_secs(),
+                                    self.cfg.ledger_wait.as_secs()
+                                ),
+                            );
+                            return Err(e);
+                        }
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A git step against the origin, waited out while the origin is away (anchor:
+    /// origin_call): a git server that is down or restarting is the fleet's outage.
+    async fn origin<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, String>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, git::GitStepError>>,
+    {
+        let mut backoff = Backoff::new(self.cfg.origin_wait);
+        loop {
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    if backoff.first() {
+                        self.log.note(
+                            "origin",
+                            format!(
+                                "the origin does not answer ({e}); waiting up to {}s",
+                                self.cfg.origin_wait.as_secs()
+                            ),
+                        );
+                    }
+                    match backoff.next(random()) {
+                        Some(pause) => tokio::time::sleep(pause).await,
+                        None => {
+                            return Err(format!(
+                                "{what}: the origin did not answer for {}s (ORIGIN_WAIT={}): {e}",
+                                backoff.waited().as_secs(),
+                                self.cfg.origin_wait.as_secs()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn pull(&mut self) -> PullEnd {
+        let since = Instant::now();
+        let opts = PullOptions {
+            origin: self.cfg.origin.clone(),
+            task_dir: self.cfg.task_dir.clone(),
+            work_dir: self.cfg.work_dir.clone(),
+            minutes: self.cfg.claim_minutes,
+            trust: None,
+            progress: false,
+        };
+        let report = match self.ledger(|env| task_pull::run(opts.clone(), env)).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.log.line(Line {
+                    step: "pull",
+                    task: None,
+                    outcome: "failed",
+                    since: Some(since),
+                    reason: Some(&e.to_string()),
+                    message: format!("task pull failed: {e}"),
+                });
+                self.clear_dirs();
+                return if e.is_outage() {
+                    PullEnd::LedgerAway
+                } else if e.is_not_attached() {
+                    PullEnd::Failed { exit: 2 }
+                } else {
+                    PullEnd::Failed { exit: 1 }
+                };
+            }
+        };
+        match report.status {
+            PullStatus::Pulled => {
+                let Some(task) = report.task else {
+                    self.log
+                        .note("pull", "task pull answered pulled with no task".into());
+                    return PullEnd::Failed { exit: 1 };
+                };
+                let p = &task.policy;
+                self.log.line(Line {
+                    step: "pull",
+                    task: Some(&task.task_id),
+                    outcome: "pulled",
+                    since: Some(since),
+                    reason: None,
+                    message: format!(
+                        "pulled {} (push to {}, target {}, conflicts: {})",
+                        task.task_id, p.push_branch, p.target, p.conflicts.value
+                    ),
+                });
+                self.machine
+                    .set_retry_conflicts(p.conflicts.value == crate::policy::Conflicts::Retry);
+                let (tx, lost) = watch::channel(None);
+                let heartbeat = tokio::spawn(heartbeat(
+                    self.cfg.task_dir.clone(),
+                    self.cfg.claim_minutes,
+                    self.cfg.renew_every,
+                    self.env.clone(),
+                    tx,
+                    self.log.clone(),
+                ));
+                self.current = Some(Current {
+                    base: task.base.clone(),
+                    task,
+                    heartbeat,
+                    lost,
+                });
+                PullEnd::Pulled
+            }
+            PullStatus::NothingOpen => {
+                let message = if self.cfg.wait_when_empty {
+                    format!("nothing open; looking again in {}s", self.cfg.idle_poll_s)
+                } else {
+                    "nothing open; done".into()
+                };
+                self.log.line(Line {
+                    step: "pull",
+                    task: None,
+                    outcome: "nothing_open",
+                    since: Some(since),
+                    reason: None,
+                    message,
+                });
+                PullEnd::NothingOpen
+            }
+            PullStatus::TryLater => {
+                let after_s = report.retry_after_seconds.unwrap_or(5).max(1) as u64;
+                let shown = after_s.clamp(1, self.cfg.retry_max_s);
+                self.log.line(Line {
+                    step: "pull",
+                    task: None,
+                    outcome: "try_later",
+                    since: Some(since),
+                    reason: None,
+                    message: format!("open tasks are held by others; trying again in {shown}s"),
+                });
+                PullEnd::TryLater { after_s }
+            }
+            PullStatus::TaskFailed => {
+                let (id, why) = report
+                    .failed
+                    .map(|f| (f.task_id, f.reason))
+                    .unwrap_or_default();
+                self.log.line(Line {
+                    step: "pull",
+                    task: Some(&id),
+                    outcome: "parked",
+                    since: Some(since),
+                    reason: Some(&why),
+                    message: format!("parked {id}: {why}; pulling the next task"),
+                });
+                self.clear_dirs();
+                PullEnd::Parked
+            }
+        }
+    }
+
+    async fn harness(&mut self) -> HarnessEnd {
+        let since = Instant::now();
+        let Some(cur) = self.current.as_ref() else {
+            return HarnessEnd::Failed {
+                why: "no task in hand".into(),
+            };
+        };
+        let run = harness::Run {
+            command: &self.cfg.harness,
+            dir: &self.cfg.work_dir,
+            env: self.git.env(),
+            timeout: self.cfg.harness_timeout,
+            group: &self.group,
+            lost: cur.lost.clone(),
+            secrets: &self.secrets,
+        };
+        let (stop, tail) = harness::run(run).await;
+        let with_tail = |why: String| {
+            if tail.is_empty() {
+                why
+            } else {
+                format!("{why}; its last lines: {tail}")
+            }
+        };
+        let end = match stop {
+            harness::Stop::Exited(Some(0)) => {
+                let base = cur.base.clone();
+                match self.git.rev_list(&format!("{base}..HEAD")).await {
+                    Ok(c) if !c.is_empty() => HarnessEnd::Committed,
+                    Ok(_) => HarnessEnd::NoCommit,
+                    Err(e) => HarnessEnd::Failed {
+                        why: format!("the work tree cannot be read after the harness: {e}"),
+                    },
+                }
+            }
+            harness::Stop::Exited(code) => HarnessEnd::Failed {
+                why: with_tail(match code {
+                    Some(c) => format!("the harness failed (exit {c})"),
+                    None => "the harness was killed by a signal".into(),
+                }),
+            },
+            harness::Stop::TimedOut => HarnessEnd::TimedOut {
+                why: with_tail(format!(
+                    "the harness ran past HARNESS_TIMEOUT={}s and was stopped",
+                    self.cfg.harness_timeout.as_secs()
+                )),
+            },
+            harness::Stop::ClaimLost(why) => HarnessEnd::ClaimLost { why },
+            harness::Stop::CouldNotStart(e) => HarnessEnd::Failed {
+                why: format!("the harness could not start: {e}"),
+            },
+        };
+        let outcome = match &end {
+            HarnessEnd::Committed => "committed",
+            HarnessEnd::NoCommit => "no_commit",
+            HarnessEnd::Failed { .. } => "failed",
+            HarnessEnd::TimedOut { .. } => "timed_out",
+            HarnessEnd::ClaimLost { .. } => "claim_lost",
+        };
+        let id = self.task_id();
+        self.task_line(
+            "harness",
+            outcome,
+            Some(since),
+            None,
+            format!("{id}: the harness ended: {outcome}"),
+        );
+        end
+    }
+
+    /// Renews right before the push (anchor: fence): only a `renewed` for this cell lets it
+    /// go ahead.
+    async fn fence(&mut self) -> FenceEnd {
+        let task_dir = self.cfg.task_dir.clone();
+        let minutes = Some(self.cfg.claim_minutes);
+        let renewed = self
+            .ledger(|env| renew_or_release(&task_dir, Claim::Renew { minutes }, env))
+            .await;
+        match renewed {
+            Ok((ClaimOutcome::Renewed { .. }, _)) => FenceEnd::Held,
+            Ok((other, _)) => FenceEnd::Lost {
+                why: claim_gone(&other),
+            },
+            Err(e) if e.is_outage() => FenceEnd::LedgerAway,
+            Err(e) => FenceEnd::Lost {
+                why: format!("the renewal failed: {e}"),
+            },
+        }
+    }
+
+    /// Moves the harness's commits, `base..HEAD` and only those, onto the fresh target.
+    async fn integrate(&mut self) -> IntegrateEnd {
+        let since = Instant::now();
+        let Some(cur) = self.current.as_ref() else {
+            return IntegrateEnd::OriginAway {
+                why: "no task in hand".into(),
+            };
+        };
+        let target = cur.task.policy.target.clone();
+        let base = cur.base.clone();
+        if let Err(e) = self.git.clean().await {
+            return IntegrateEnd::OriginAway { why: e.to_string() };
+        }
+        if let Err(why) = self.origin("fetching origin", || self.git.fetch()).await {
+            return IntegrateEnd::OriginAway { why };
+        }
+        let Some(onto) = self
+            .git
+            .resolve(&format!("refs/remotes/origin/{target}"))
+            .await
+        else {
+            return IntegrateEnd::NoTarget { branch: target };
+        };
+        if onto == base {
+            return IntegrateEnd::Clean;
+        }
+        match self.git.rebase_onto(&onto, &base).await {
+            Ok(Rebased::Clean) => {
+                if let Some(cur) = self.current.as_mut() {
+                    cur.base = onto;
+                }
+                IntegrateEnd::Clean
+            }
+            Ok(Rebased::Conflict { files }) => {
+                let id = self.task_id();
+                self.task_line(
+                    "integrate",
+                    "conflict",
+                    Some(since),
+                    None,
+                    format!(
+                        "{id}: rebase onto origin/{target} conflicts ({})",
+                        files.join(", ")
+                    ),
+                );
+                IntegrateEnd::Conflict { files }
+            }
+            Err(e) => IntegrateEnd::OriginAway { why: e.to_string() },
+        }
+    }
+
+    async fn push(&mut self) -> PushEnd {
+        let since = Instant::now();
+        let Some(cur) = self.current.as_ref() else {
+            return PushEnd::OriginAway {
+                why: "no task in hand".into(),
+            };
+        };
+        let branch = cur.task.policy.push_branch.clone();
+        let force = branch != cur.task.policy.target;
+        let mut backoff = Backoff::new(self.cfg.origin_wait);
+        let end = loop {
+            match self.git.push(&branch, force).await {
+                Ok(Pushed::Landed) => break PushEnd::Landed,
+                Ok(Pushed::Race) => break PushEnd::Race,
+                Ok(Pushed::Refused(why)) => break PushEnd::Refused { why },
+                Ok(Pushed::Away(why)) => match backoff.next(random()) {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => break PushEnd::OriginAway { why },
+                },
+                Err(e) => break PushEnd::OriginAway { why: e.to_string() },
+            }
+        };
+        let (outcome, reason) = match &end {
+            PushEnd::Landed => ("landed", None),
+            PushEnd::Race => ("race", None),
+            PushEnd::Refused { why } => ("refused", Some(why.as_str())),
+            PushEnd::OriginAway { why } => ("origin_away", Some(why.as_str())),
+        };
+        let id = self.task_id();
+        let message = match reason {
+            Some(r) => format!("{id}: push to {branch}: {outcome} ({r})"),
+            None => format!("{id}: push to {branch}: {outcome}"),
+        };
+        self.task_line("push", outcome, Some(since), reason, message);
+        end
+    }
+
+    async fn verify(&mut self) -> bool {
+        let Some(cur) = self.current.as_ref() else {
+            return false;
+        };
+        let branch = cur.task.policy.push_branch.clone();
+        let Some(head) = self.git.resolve("HEAD").await else {
+            return false;
+        };
+        match self
+            .origin("verifying the push", || self.git.holds(&branch, &head))
+            .await
+        {
+            Ok(held) => {
+                if !held {
+                    let id = self.task_id();
+                    self.task_line(
+                        "verify",
+                        "missing",
+                        None,
+                        None,
+                        format!("{id}: origin's {branch} does not hold the pushed {head}"),
+                    );
+                }
+                held
+            }
+            Err(why) => {
+                self.task_line("verify", "origin_away", None, Some(&why), why.clone());
+                false
+            }
+        }
+    }
+
+    /// Closes what the harness's commits fixed, once merged (finding close, in process).
+    async fn close(&mut self) -> CloseEnd {
+        let since = Instant::now();
+        let Some(cur) = self.current.as_ref() else {
+            return CloseEnd::NotClosed {
+                outcome: "not judged".into(),
+            };
+        };
+        let id = cur.task.task_id.clone();
+        let commits = match self.git.rev_list(&format!("{}..HEAD", cur.base)).await {
+            Ok(c) => c,
+            Err(e) => {
+                return CloseEnd::NotClosed {
+                    outcome: format!("not judged ({e})"),
+                };
+            }
+        };
+        let file = self.cfg.task_dir.join("commits");
+        let listed: String = commits.iter().map(|c| format!("{c}\n")).collect();
+        if let Err(e) = std::fs::write(&file, listed) {
+            return CloseEnd::NotClosed {
+                outcome: format!("not judged (writing {}: {e})", file.display()),
+            };
+        }
+        let opts = CloseOptions {
+            commits: Commits::File(file),
+            target: None,
+            work_dir: self.cfg.work_dir.clone(),
+            task: Some(self.cfg.task_dir.join("task.json")),
+        };
+        let report = self
+            .ledger(|env| finding_close::run(opts.clone(), env))
+            .await;
+        let (end, exit) = match &report {
+            Ok(r) => {
+                let end = match r
+                    .findings
+                    .iter()
+                    .find(|f| f.finding_id == id)
+                    .map(|f| &f.outcome)
+                {
+                    Some(Outcome::Closed { .. }) => CloseEnd::Closed,
+                    Some(Outcome::Pending { .. }) => CloseEnd::Pending,
+                    Some(other) => CloseEnd::NotClosed {
+                        outcome: metabob_wire::util::wire_name(other),
+                    },
+                    None => CloseEnd::NotClosed {
+                        outcome: "not named by the commits".into(),
+                    },
+                };
+                (end, 0)
+            }
+            Err(e) if e.is_outage() => (CloseEnd::LedgerAway, 2),
+            Err(e) => (
+                CloseEnd::NotClosed {
+                    outcome: format!("not judged ({e})"),
+                },
+                if e.is_not_attached() { 2 } else { 1 },
+            ),
+        };
+        let word = match &end {
+            CloseEnd::Closed => "closed".to_string(),
+            CloseEnd::Pending => "pending".to_string(),
+            CloseEnd::NotClosed { outcome } => outcome.clone(),
+            CloseEnd::LedgerAway => "none".to_string(),
+        };
+        self.task_line(
+            "close",
+            &word,
+            Some(since),
+            None,
+            format!("{id}: finding close exit {exit}, outcome {word}"),
+        );
+        end
+    }
+
+    /// `conflicts: retry`: the work tree at the fresh target, which becomes the base.
+    async fn redo(&mut self, attempt: u32, of: u32) -> Result<(), String> {
+        let Some(cur) = self.current.as_ref() else {
+            return Err("no task in hand".into());
+        };
+        let target = cur.task.policy.target.clone();
+        let id = cur.task.task_id.clone();
+        self.task_line(
+            "redo",
+            "retry",
+            None,
+            None,
+            format!("{id}: keeping the claim; running the harness again on the fresh origin/{target} ({attempt} of {of})"),
+        );
+        self.origin("fetching origin", || self.git.fetch()).await?;
+        let rev = format!("refs/remotes/origin/{target}");
+        self.git.reset_to(&rev).await.map_err(|e| e.to_string())?;
+        let base = self
+            .git
+            .resolve("HEAD")
+            .await
+            .ok_or_else(|| format!("{rev} does not resolve"))?;
+        if let Some(cur) = self.current.as_mut() {
+            cur.base = base;
+        }
+        Ok(())
+    }
+
+    fn stop_heartbeat(&mut self) {
+        if let Some(cur) = &self.current {
+            cur.heartbeat.abort();
+        }
+    }
+
+    /// Ends the claim as `how` says, the reason recorded on the row.
+    async fn give_back(&mut self, how: GiveBack, reason: &str, salvage: bool) {
+        self.stop_heartbeat();
+        let id = self.task_id();
+        self.task_line(
+            "give_back",
+            how_word(how),
+            None,
+            Some(reason),
+            format!("giving up {id}: {reason}"),
+        );
+        if salvage {
+            self.keep_commits().await;
+        }
+        let reason = metabob_wire::util::one_line(reason, 1_500);
+        let claim = match how {
+            GiveBack::Release => Claim::Release {
+                reason: Some(reason),
+            },
+            GiveBack::Fail => Claim::Fail {
+                reason: Some(reason),
+                park_after: self.cfg.park_after,
+            },
+            GiveBack::Park => Claim::Park { reason },
+        };
+        let task_dir = self.cfg.task_dir.clone();
+        match self
+            .ledger(|env| renew_or_release(&task_dir, claim.clone(), env))
+            .await
+        {
+            Ok((_, Some(parked))) => self.task_line(
+                "give_back",
+                "parked",
+                None,
+                Some(&parked.reason),
+                format!("{id}: parked: {}", parked.reason),
+            ),
+            Ok(_) => self.task_line(
+                "give_back",
+                "released",
+                None,
+                None,
+                format!("{id}: the claim is released; pulling the next task"),
+            ),
+            Err(e) => self.task_line(
+                "give_back",
+                "failed",
+                None,
+                Some(&e.to_string()),
+                format!("{id}: task release failed ({e}); the claim lapses on its own"),
+            ),
+        }
+        self.end_task();
+    }
+
+    /// The claim went to another cell, or cannot be confirmed: nothing is pushed or closed,
+    /// and the harness's commits are kept (anchor: salvage).
+    async fn salvage(&mut self, why: &str) {
+        self.stop_heartbeat();
+        let id = self.task_id();
+        self.task_line(
+            "salvage",
+            "claim_lost",
+            None,
+            Some(why),
+            format!("{id}: the claim is no longer this cell's ({why}); not pushing, not closing"),
+        );
+        self.keep_commits().await;
+        self.end_task();
+    }
+
+    /// Keeps `base..HEAD` as branch `salvage/<task>` in a bundle under SALVAGE_DIR.
+    async fn keep_commits(&mut self) {
+        let Some(cur) = self.current.as_ref() else {
+            return;
+        };
+        let (id, base) = (cur.task.task_id.clone(), cur.base.clone());
+        if !self
+            .git
+            .rev_list(&format!("{base}..HEAD"))
+            .await
+            .is_ok_and(|c| !c.is_empty())
+        {
+            return;
+        }
+        let stamp = metabob_wire::util::now_ms() / 1000;
+        let file = self.cfg.salvage_dir.join(format!("{id}-{stamp}.bundle"));
+        let branch = format!("salvage/{id}");
+        let kept = match std::fs::create_dir_all(&self.cfg.salvage_dir) {
+            Ok(()) => self
+                .git
+                .bundle(&branch, &base, &file)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let message = match kept {
+            Ok(()) => format!(
+                "{id}: kept the commits as branch {branch} in {}",
+                file.display()
+            ),
+            Err(e) => format!(
+                "{id}: could not keep the commits in {}: {e}",
+                self.cfg.salvage_dir.display()
+            ),
+        };
+        self.task_line("salvage", "kept", None, None, message);
+    }
+
+    /// Done with the task: closed, or pending review (the claim goes back; the pending verdict
+    /// keeps other cells off it).
+    async fn finish(&mut self, closed: bool) {
+        self.stop_heartbeat();
+        if !closed {
+            let branch = self
+                .current
+                .as_ref()
+                .map(|c| c.task.policy.push_branch.clone())
+                .unwrap_or_default();
+            let task_dir = self.cfg.task_dir.clone();
+            let reason = format!("the fix waits for review on {branch}");
+            let given = Claim::Release {
+                reason: Some(reason),
+            };
+            if let Err(e) = self
+                .ledger(|env| renew_or_release(&task_dir, given.clone(), env))
+                .await
+            {
+                let id = self.task_id();
+                self.task_line(
+                    "finish",
+                    "release_failed",
+                    None,
+                    None,
+                    format!("{id}: task release failed ({e}); the claim lapses on its own"),
+                );
+            }
+        }
+        self.end_task();
+    }
+
+    fn end_task(&mut self) {
+        self.current = None;
+        self.clear_dirs();
+    }
+
+    /// An idle standing cell closes the reviews merged since its last look.
+    async fn sweep(&mut self) {
+        // SWEEP: wired once finding_close::sweep lands.
+    }
+
+    /// TERM or INT: the harness's group stops, the claim goes back, and the cell exits.
+    async fn interrupted(&mut self, code: u8) -> u8 {
+        self.log
+            .note("signal", "interrupted; releasing the claim".into());
+        self.group.stop().await;
+        self.stop_heartbeat();
+        if self.cfg.task_dir.join("task.json").is_file() {
+            let task_dir = self.cfg.task_dir.clone();
+            let given = Claim::Release {
+                reason: Some("cell interrupted (signal)".into()),
+            };
+            // One attempt: whoever stops the cell does not wait for an outage to pass.
+            if let Err(e) = renew_or_release(&task_dir, given, self.env.clone()).await {
+                self.log.note(
+                    "signal",
+                    format!("task release failed ({e}); the claim lapses on its own"),
+                );
+            }
+        }
+        code
+    }
+
+    /// Empties both directories without removing them: they may be volumes or mount points.
+    fn clear_dirs(&self) {
+        for dir in [&self.cfg.task_dir, &self.cfg.work_dir] {
+            clear_dir(dir);
+        }
+    }
+}
+
+fn clear_dir(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p: PathBuf = e.path();
+        // A symlink is removed as a link, never followed.
+        let _ = match e.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
+            _ => std::fs::remove_file(&p),
+        };
+    }
+}
+
+fn how_word(how: GiveBack) -> &'static str {
+    match how {
+        GiveBack::Release => "release",
+        GiveBack::Fail => "fail",
+        GiveBack::Park => "park",
+    }
+}
+
+/// Why a renewal's answer means the claim is gone.
+fn claim_gone(outcome: &ClaimOutcome) -> String {
+    match outcome {
+        ClaimOutcome::Held { by } | ClaimOutcome::Lost { winner: by } => {
+            format!("the claim is held by {}", by.holder)
+        }
+        ClaimOutcome::Closed => "the task is closed".into(),
+        ClaimOutcome::Refused { reason } => reason.clone(),
+        other => format!("the renewal answered {}", other.word().as_str()),
+    }
+}
+
+/// The heartbeat (anchor: heartbeat): renews every RENEW_EVERY; when a renewal says the claim
+/// is no longer this cell's, it says so once and stops. A renewal the ledger did not answer
+/// only logs: the claim has two more renewals' time before it lapses.
+async fn heartbeat(
+    task_dir: PathBuf,
+    minutes: i64,
+    every: Duration,
+    env: Env,
+    lost: watch::Sender<Option<String>>,
+    log: Log,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let given = Claim::Renew {
+            minutes: Some(minutes),
+        };
+        match renew_or_release(&task_dir, given, env.clone()).await {
+            Ok((ClaimOutcome::Renewed { .. }, _)) => {}
+            Ok((ClaimOutcome::Unsettled, _)) => {
+                log.note(
+                    "renew",
+                    "a renewal did not settle; the claim may lapse".into(),
+                );
+            }
+            Ok((other, _)) => {
+                let why = claim_gone(&other);
+                log.note(
+                    "renew",
+                    format!("the claim is no longer this cell's ({why}); stopping the harness"),
+                );
+                let _ = lost.send(Some(why));
+                return;
+            }
+            Err(e) if e.is_outage() || e.is_not_attached() => {
+                log.note(
+                    "renew",
+                    format!("task renew failed ({e}); the claim may lapse"),
+                );
+            }
+            Err(e) => {
+                let why = format!("the renewal failed: {e}");
+                log.note("renew", format!("{why}; stopping the harness"));
+                let _ = lost.send(Some(why));
+                return;
+            }
+        }
+    }
+}
