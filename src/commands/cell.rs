@@ -38,6 +38,11 @@ pub enum CellCommand {
 
 /// Every flag names its variable; unset, the variable's value or the default applies.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  ORIGIN=git://git/app.git HARNESS='sh /harness.sh' metabob-mcp cell run    # what the image's entrypoint runs
+  metabob-mcp cell run --origin /srv/git/app.git --harness ./fix.sh --task-dir ./task --work-dir ./work --vessel-id cell-1
+  metabob-mcp cell run --on-empty wait --idle-poll 30 --log-format json       # a standing cell")]
 pub struct RunArgs {
     /// [ORIGIN] The repository's git URL (required).
     #[arg(long, value_name = "GIT_URL")]

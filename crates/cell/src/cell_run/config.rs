@@ -271,7 +271,7 @@ mod tests {
             .expect_err("refused")
             .to_string();
         assert!(
-            err.starts_with("ORIGIN is ") && !err.contains("hunter2"),
+            err.starts_with("ORIGIN: ") && !err.contains("hunter2"),
             "{err}"
         );
     }

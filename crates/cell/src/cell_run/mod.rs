@@ -271,8 +271,8 @@ impl Cell {
         }
     }
 
-    /// A git step against the origin, waited out while the origin is away (anchor:
-    /// origin_call): a git server that is down or restarting is the fleet's outage.
+    /// A git step against the origin, waited out while the origin is away: a git server that
+    /// is down or restarting is the fleet's outage (anchor: origin_call).
     async fn origin<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, String>
     where
         F: FnMut() -> Fut,
