@@ -561,7 +561,14 @@ fn harness_gets() -> BTreeSet<String> {
 
 #[test]
 fn every_variable_the_examples_set_or_read_is_one_a_part_of_ours_reads() {
-    let entrypoint = reads(&read("entrypoint/cell-entrypoint"));
+    // The cell's settings are `cell run`'s, which the entrypoint execs.
+    let mut entrypoint = reads(&read("entrypoint/cell-entrypoint"));
+    entrypoint.extend(
+        metabob_cell::cell_run::config::SETTINGS
+            .iter()
+            .chain(metabob_cell::cell_run::config::ALSO_READ)
+            .map(|name| name.to_string()),
+    );
     let common = read(COMMON);
     let server_env: BTreeSet<String> = common
         .split("for name in ")

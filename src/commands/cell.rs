@@ -167,3 +167,33 @@ fn hostname() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unnamed".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Each setting has its flag, whose help names the variable it sets.
+    #[test]
+    fn every_setting_has_a_flag_that_names_its_variable() {
+        let cli = crate::commands::Cli::command();
+        let run = cli
+            .find_subcommand("cell")
+            .and_then(|c| c.find_subcommand("run"))
+            .expect("cell run");
+        let mut named: Vec<String> = run
+            .get_arguments()
+            .filter_map(|a| {
+                let help = a.get_help()?.to_string();
+                let var = help.strip_prefix('[')?.split(']').next()?.to_string();
+                Some(var)
+            })
+            .collect();
+        named.sort();
+        let mut want: Vec<String> = metabob_cell::cell_run::config::SETTINGS
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        want.sort();
+        assert_eq!(named, want);
+    }
+}

@@ -58,27 +58,36 @@ pub enum ConfigError {
     },
 }
 
-/// What each setting is called, for flags and help: (variable, flag).
-pub const SETTINGS: &[(&str, &str)] = &[
-    ("ORIGIN", "origin"),
-    ("HARNESS", "harness"),
-    ("TASK_DIR", "task-dir"),
-    ("WORK_DIR", "work-dir"),
-    ("CLAIM_MINUTES", "claim-minutes"),
-    ("RENEW_EVERY", "renew-every"),
-    ("RETRY_MAX", "retry-max"),
-    ("PUSH_TRIES", "push-tries"),
-    ("CONFLICT_RETRIES", "conflict-retries"),
-    ("FAIL_MAX", "fail-max"),
-    ("METABOB_PARK_AFTER", "park-after"),
-    ("LEDGER_WAIT", "ledger-wait"),
-    ("ORIGIN_WAIT", "origin-wait"),
-    ("HARNESS_TIMEOUT", "harness-timeout"),
-    ("SALVAGE_DIR", "salvage-dir"),
-    ("ON_EMPTY", "on-empty"),
-    ("IDLE_POLL", "idle-poll"),
-    ("VESSEL_ID", "vessel-id"),
-    ("METABOB_LOG_FORMAT", "log-format"),
+/// Every setting's variable; `cell run` has a flag for each (its help names the variable).
+pub const SETTINGS: &[&str] = &[
+    "ORIGIN",
+    "HARNESS",
+    "TASK_DIR",
+    "WORK_DIR",
+    "CLAIM_MINUTES",
+    "RENEW_EVERY",
+    "RETRY_MAX",
+    "PUSH_TRIES",
+    "CONFLICT_RETRIES",
+    "FAIL_MAX",
+    "METABOB_PARK_AFTER",
+    "LEDGER_WAIT",
+    "ORIGIN_WAIT",
+    "HARNESS_TIMEOUT",
+    "SALVAGE_DIR",
+    "ON_EMPTY",
+    "IDLE_POLL",
+    "VESSEL_ID",
+    "METABOB_LOG_FORMAT",
+];
+
+/// Variables the loop reads besides its settings: the identity its commits carry when the
+/// machine has none of its own (`super::git::Git::new`).
+pub const ALSO_READ: &[&str] = &[
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
 ];
 
 /// Variables the script read that no longer act: a conflict now counts like a failure.
