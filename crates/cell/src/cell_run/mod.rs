@@ -892,7 +892,38 @@ impl Cell {
 
     /// An idle standing cell closes the reviews merged since its last look.
     async fn sweep(&mut self) {
-        // SWEEP: wired once finding_close::sweep lands.
+        let since = Instant::now();
+        // Kept between polls, so each sweep fetches rather than clones.
+        let cache_dir = self.env.home().map(|h| {
+            h.join(".cache/metabob")
+                .join(format!("sweep-{}", self.cfg.vessel_id.replace('/', "_")))
+        });
+        let opts = finding_close::sweep::SweepOptions {
+            origin: self.cfg.origin.clone(),
+            cache_dir,
+        };
+        match finding_close::sweep::sweep_pending(opts, self.env.clone()).await {
+            Ok(report) => {
+                for t in &report.tasks {
+                    if let Outcome::Closed { commit, .. } = &t.outcome {
+                        self.log.line(Line {
+                            step: "sweep",
+                            task: Some(&t.task_id),
+                            outcome: "closed",
+                            since: Some(since),
+                            reason: None,
+                            message: format!(
+                                "{}: the review is merged into {} ({commit}); closed",
+                                t.task_id, t.target
+                            ),
+                        });
+                    }
+                }
+            }
+            Err(e) => self
+                .log
+                .note("sweep", format!("the sweep of merged reviews failed: {e}")),
+        }
     }
 
     /// TERM or INT: the harness's group stops, the claim goes back, and the cell exits.
