@@ -41,7 +41,10 @@ pub enum PullEnd {
 pub enum HarnessEnd {
     /// Exited 0 with commits on top of the base.
     Committed,
-    NoCommit,
+    /// Exited 0 with no commit; the reason carries its last lines.
+    NoCommit {
+        why: String,
+    },
     Failed {
         why: String,
     },
@@ -219,8 +222,9 @@ impl Machine {
             Event::Pull(end) => self.after_pull(end),
             Event::Harness(end) => match end {
                 HarnessEnd::Committed => Action::Fence,
-                HarnessEnd::NoCommit => self.fail("the harness made no commit".into(), false),
-                HarnessEnd::Failed { why } | HarnessEnd::TimedOut { why } => self.fail(why, false),
+                HarnessEnd::NoCommit { why }
+                | HarnessEnd::Failed { why }
+                | HarnessEnd::TimedOut { why } => self.fail(why, false),
                 HarnessEnd::ClaimLost { why } => self.salvage(why, Then::Pull),
             },
             Event::Fence(end) => match end {

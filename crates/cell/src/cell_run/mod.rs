@@ -7,6 +7,7 @@
 pub mod config;
 mod git;
 mod harness;
+mod heartbeat;
 mod log;
 pub mod machine;
 
@@ -23,6 +24,7 @@ use crate::task_file::TaskFile;
 use crate::task_pull::{self, PullOptions, PullStatus};
 use config::CellConfig;
 use git::{Git, Pushed, Rebased};
+use heartbeat::{claim_gone, heartbeat};
 use log::{Line, Log};
 use machine::{
     Action, Backoff, CloseEnd, Event, FenceEnd, GiveBack, HarnessEnd, IntegrateEnd, Limits,
@@ -453,7 +455,9 @@ impl Cell {
                 let base = cur.base.clone();
                 match self.git.rev_list(&format!("{base}..HEAD")).await {
                     Ok(c) if !c.is_empty() => HarnessEnd::Committed,
-                    Ok(_) => HarnessEnd::NoCommit,
+                    Ok(_) => HarnessEnd::NoCommit {
+                        why: with_tail("the harness made no commit".into()),
+                    },
                     Err(e) => HarnessEnd::Failed {
                         why: format!("the work tree cannot be read after the harness: {e}"),
                     },
@@ -478,7 +482,7 @@ impl Cell {
         };
         let outcome = match &end {
             HarnessEnd::Committed => "committed",
-            HarnessEnd::NoCommit => "no_commit",
+            HarnessEnd::NoCommit { .. } => "no_commit",
             HarnessEnd::Failed { .. } => "failed",
             HarnessEnd::TimedOut { .. } => "timed_out",
             HarnessEnd::ClaimLost { .. } => "claim_lost",
@@ -975,66 +979,5 @@ fn how_word(how: GiveBack) -> &'static str {
         GiveBack::Release => "release",
         GiveBack::Fail => "fail",
         GiveBack::Park => "park",
-    }
-}
-
-/// Why a renewal's answer means the claim is gone.
-fn claim_gone(outcome: &ClaimOutcome) -> String {
-    match outcome {
-        ClaimOutcome::Held { by } | ClaimOutcome::Lost { winner: by } => {
-            format!("the claim is held by {}", by.holder)
-        }
-        ClaimOutcome::Closed => "the task is closed".into(),
-        ClaimOutcome::Refused { reason } => reason.clone(),
-        other => format!("the renewal answered {}", other.word().as_str()),
-    }
-}
-
-/// The heartbeat (anchor: heartbeat): renews every RENEW_EVERY; when a renewal says the claim
-/// is no longer this cell's, it says so once and stops. A renewal the ledger did not answer
-/// only logs: the claim has two more renewals' time before it lapses.
-async fn heartbeat(
-    task_dir: PathBuf,
-    minutes: i64,
-    every: Duration,
-    env: Env,
-    lost: watch::Sender<Option<String>>,
-    log: Log,
-) {
-    loop {
-        tokio::time::sleep(every).await;
-        let given = Claim::Renew {
-            minutes: Some(minutes),
-        };
-        match renew_or_release(&task_dir, given, env.clone()).await {
-            Ok((ClaimOutcome::Renewed { .. }, _)) => {}
-            Ok((ClaimOutcome::Unsettled, _)) => {
-                log.note(
-                    "renew",
-                    "a renewal did not settle; the claim may lapse".into(),
-                );
-            }
-            Ok((other, _)) => {
-                let why = claim_gone(&other);
-                log.note(
-                    "renew",
-                    format!("the claim is no longer this cell's ({why}); stopping the harness"),
-                );
-                let _ = lost.send(Some(why));
-                return;
-            }
-            Err(e) if e.is_outage() || e.is_not_attached() => {
-                log.note(
-                    "renew",
-                    format!("task renew failed ({e}); the claim may lapse"),
-                );
-            }
-            Err(e) => {
-                let why = format!("the renewal failed: {e}");
-                log.note("renew", format!("{why}; stopping the harness"));
-                let _ = lost.send(Some(why));
-                return;
-            }
-        }
     }
 }

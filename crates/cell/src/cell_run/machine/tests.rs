@@ -28,7 +28,7 @@ fn given_back(a: &Action) -> (GiveBack, Then) {
 fn a_task_goes_harness_fence_integrate_push_verify_close_and_resets_the_failures() {
     let mut m = Machine::new(limits());
     pulled(&mut m);
-    m.step(Event::Harness(HarnessEnd::NoCommit));
+    m.step(Event::Harness(HarnessEnd::NoCommit { why: "none".into() }));
     assert_eq!(m.fails_in_a_row(), 1);
     pulled(&mut m);
     assert_eq!(m.step(Event::Harness(HarnessEnd::Committed)), Action::Fence);
@@ -324,7 +324,7 @@ fn drive(m: &mut Machine, f: &Fate) -> Option<u8> {
             events.push(Event::Close(end));
         }
         Fate::HarnessFailed => events.push(Event::Harness(HarnessEnd::Failed { why: "1".into() })),
-        Fate::NoCommit => events.push(Event::Harness(HarnessEnd::NoCommit)),
+        Fate::NoCommit => events.push(Event::Harness(HarnessEnd::NoCommit { why: "none".into() })),
         Fate::TimedOut => events.push(Event::Harness(HarnessEnd::TimedOut { why: "t".into() })),
         Fate::ClaimLost => events.push(Event::Harness(HarnessEnd::ClaimLost { why: "l".into() })),
         Fate::Conflict => {

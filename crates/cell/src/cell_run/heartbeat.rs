@@ -1,0 +1,72 @@
+//! The heartbeat: the claim renewed while the harness works, and the word that it is gone.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::log::Log;
+use crate::ledger::claims::ClaimOutcome;
+use crate::task_claim::{GiveBack as Claim, renew_or_release};
+use metabob_wire::env::Env;
+
+/// Why a renewal's answer means the claim is gone.
+pub(super) fn claim_gone(outcome: &ClaimOutcome) -> String {
+    match outcome {
+        ClaimOutcome::Held { by } | ClaimOutcome::Lost { winner: by } => {
+            format!("the claim is held by {}", by.holder)
+        }
+        ClaimOutcome::Closed => "the task is closed".into(),
+        ClaimOutcome::Refused { reason } => reason.clone(),
+        other => format!("the renewal answered {}", other.word().as_str()),
+    }
+}
+
+/// The heartbeat (anchor: heartbeat): renews every RENEW_EVERY; when a renewal says the claim
+/// is no longer this cell's, it says so once and stops. A renewal the ledger did not answer
+/// only logs: the claim has two more renewals' time before it lapses.
+pub(super) async fn heartbeat(
+    task_dir: PathBuf,
+    minutes: i64,
+    every: Duration,
+    env: Env,
+    lost: watch::Sender<Option<String>>,
+    log: Log,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let given = Claim::Renew {
+            minutes: Some(minutes),
+        };
+        match renew_or_release(&task_dir, given, env.clone()).await {
+            Ok((ClaimOutcome::Renewed { .. }, _)) => {}
+            Ok((ClaimOutcome::Unsettled, _)) => {
+                log.note(
+                    "renew",
+                    "a renewal did not settle; the claim may lapse".into(),
+                );
+            }
+            Ok((other, _)) => {
+                let why = claim_gone(&other);
+                log.note(
+                    "renew",
+                    format!("the claim is no longer this cell's ({why}); stopping the harness"),
+                );
+                let _ = lost.send(Some(why));
+                return;
+            }
+            Err(e) if e.is_outage() || e.is_not_attached() => {
+                log.note(
+                    "renew",
+                    format!("task renew failed ({e}); the claim may lapse"),
+                );
+            }
+            Err(e) => {
+                let why = format!("the renewal failed: {e}");
+                log.note("renew", format!("{why}; stopping the harness"));
+                let _ = lost.send(Some(why));
+                return;
+            }
+        }
+    }
+}
