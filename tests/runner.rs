@@ -16,6 +16,7 @@ mod git_https;
 mod goals;
 mod goals_ledger;
 mod guard;
+mod harness;
 mod hostile;
 mod inspect;
 mod layers;

@@ -147,3 +147,197 @@ fn renew_keeps_the_claim_and_release_hands_the_task_to_the_next_cell() {
     let out = w.env.run(&["task", "renew", "--task-dir", &t]);
     insta::assert_snapshot!("task_renew_not_held", w.snap(&out));
 }
+
+/// A world whose origin is a bare repository created by the git CLI with `master` as its
+/// default branch (its HEAD), as older and many hosted repositories are: no `main` anywhere.
+fn master_world() -> super::World {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let bare = env.path("origins/app.git");
+    std::fs::create_dir_all(&bare).unwrap();
+    env.git(&bare, &["init", "-q", "--bare"]);
+    env.git(&bare, &["symbolic-ref", "HEAD", "refs/heads/master"]);
+    let seed = env.path("seed-master");
+    std::fs::create_dir_all(&seed).unwrap();
+    env.git(&seed, &["init", "-q", "-b", "master"]);
+    std::fs::write(seed.join("a.py"), "def a():\n    return 1\n").unwrap();
+    std::fs::write(seed.join("b.py"), "def b():\n    return 2\n").unwrap();
+    env.git(&seed, &["add", "-A"]);
+    env.git(&seed, &["commit", "-q", "-m", "initial"]);
+    let url = format!("file://{}", bare.display());
+    env.git(&seed, &["push", "-q", &url, "master"]);
+    assert_eq!(
+        env.git(&bare, &["for-each-ref", "--format=%(refname)"]),
+        "refs/heads/master"
+    );
+    super::World {
+        env,
+        ledger,
+        bare,
+        url,
+    }
+}
+
+fn task_json(w: &super::World, cell: &str) -> Value {
+    let (task_dir, _) = w.dirs(cell);
+    serde_json::from_str(&std::fs::read_to_string(task_dir.join("task.json")).unwrap()).unwrap()
+}
+
+/// The branches the origin has, as the git CLI lists them.
+fn origin_branches(w: &super::World) -> Vec<String> {
+    w.env
+        .git(
+            &w.bare,
+            &["for-each-ref", "--format=%(refname:short)", "refs/heads/"],
+        )
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn on_an_origin_whose_default_branch_is_master_the_fix_targets_master() {
+    let w = master_world();
+    let id = w.record_task("a.py", "make a() return 2", "The caller expects 2.");
+    let (out, _) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let task = task_json(&w, "c1");
+    assert_eq!(task["policy"]["target"], "master", "{task}");
+    assert_eq!(task["policy"]["push_branch"], "master", "{task}");
+    assert_eq!(task["policy"]["target_source"]["from"], "origin_head");
+    assert_eq!(
+        task["policy"]["push_why"],
+        "push_to: main (default) pushes the fix straight to the target, master"
+    );
+    // What the clone recorded, read by the CLI: the target is the branch origin/HEAD names.
+    let (task_dir, work) = w.dirs("c1");
+    assert_eq!(
+        w.env
+            .git(&work, &["symbolic-ref", "refs/remotes/origin/HEAD"]),
+        "refs/remotes/origin/master"
+    );
+    let context = std::fs::read_to_string(task_dir.join("context.md")).unwrap();
+    assert!(
+        context.contains(&format!(
+            "- the fix closes once merged into `master` (the origin's default branch); commit \
+             it with a `Fixes-Finding: {id}` trailer"
+        )),
+        "{context}"
+    );
+    assert!(!context.contains("`main`"), "{context}");
+    assert_eq!(
+        origin_branches(&w),
+        vec!["master"],
+        "a pull creates no branch"
+    );
+}
+
+#[test]
+fn integrate_review_alone_sends_the_fix_to_its_task_branch_whatever_push_to_says() {
+    let w = master_world();
+    let id = w.record_task("a.py", "review me", "integrate: review");
+    let (out, _) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let task = task_json(&w, "c1");
+    let p = &task["policy"];
+    assert_eq!(p["push_branch"], format!("task/{id}").as_str(), "{task}");
+    assert_eq!(p["target"], "master", "{task}");
+    assert_eq!(
+        p["push_to"]["value"], "main",
+        "push_to keeps its default: {task}"
+    );
+    assert_eq!(p["integrate"]["source"]["from"], "details");
+    assert_eq!(
+        p["push_why"],
+        format!(
+            "integrate: review (from the task's details) sends the fix to task/{id} for \
+             review, whatever push_to says; it reaches master only through a merge"
+        )
+        .as_str()
+    );
+    let (task_dir, _) = w.dirs("c1");
+    let context = std::fs::read_to_string(task_dir.join("context.md")).unwrap();
+    assert!(
+        context.contains(&format!("- push to `task/{id}` — integrate: review")),
+        "{context}"
+    );
+}
+
+#[test]
+fn a_target_the_origin_lacks_parks_the_task_and_one_it_has_is_pulled() {
+    let w = master_world();
+    let missing = w.record_task_at("CRITICAL", "a.py", "for release", "target: release");
+    let (out, v) = w.pull("c1", &[]);
+    assert_eq!(out.code, 5, "{out:?}");
+    assert_eq!(v["failed"]["task_id"], missing.as_str(), "{v}");
+    assert_eq!(v["failed"]["parked"], true, "{v}");
+    let reason = v["failed"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("\"release\"") && reason.contains("never creates it"),
+        "{reason}"
+    );
+    let (task_dir, work) = w.dirs("c1");
+    for dir in [&task_dir, &work] {
+        assert!(
+            std::fs::read_dir(dir)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(true),
+            "{} is left empty",
+            dir.display()
+        );
+    }
+    // The board (task list --json) shows it parked with the reason naming the branch.
+    let board = w.env.run(&["task", "list", "--json"]);
+    assert_eq!(board.code, 0, "{board:?}");
+    let board: Value = serde_json::from_str(&board.stdout).unwrap();
+    let parked: Vec<&Value> = board["repositories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["parked"].as_array().into_iter().flatten())
+        .filter(|t| t["task_id"] == missing.as_str())
+        .collect();
+    assert_eq!(parked.len(), 1, "{board}");
+    assert!(
+        parked[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("\"release\""),
+        "{board}"
+    );
+    assert_eq!(origin_branches(&w), vec!["master"], "nothing was pushed");
+
+    // Once the origin has the branch, a task naming it is pulled with that target.
+    let seed = w.env.path("seed-master");
+    w.env.git(&seed, &["push", "-q", &w.url, "master:release"]);
+    let named = w.record_task("b.py", "for release, now there", "target: release");
+    let (out, v) = w.pull("c2", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(v["task"]["task_id"], named.as_str(), "{v}");
+    let task = task_json(&w, "c2");
+    assert_eq!(task["policy"]["target"], "release", "{task}");
+    assert_eq!(task["policy"]["push_branch"], "release", "{task}");
+    assert_eq!(task["policy"]["target_source"]["from"], "details");
+}
+
+#[test]
+fn a_target_that_is_no_branch_name_is_refused_and_listed_and_the_default_branch_stands() {
+    let w = master_world();
+    w.record_task("a.py", "escape", "target: ../x");
+    let (out, _) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let task = task_json(&w, "c1");
+    let refused = task["policy"]["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{task}");
+    let shown = refused[0].as_str().unwrap();
+    assert!(
+        shown.starts_with("target: \"../x\" in the task's details: ref refused"),
+        "{shown}"
+    );
+    assert_eq!(task["policy"]["target"], "master", "{task}");
+    assert_eq!(task["policy"]["target_source"]["from"], "origin_head");
+    assert!(
+        out.stderr.contains("../x"),
+        "the refusal is logged: {out:?}"
+    );
+}

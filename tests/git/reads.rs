@@ -186,6 +186,21 @@ fn reads_match_the_cli() {
         Some("main")
     );
     assert_eq!(repo.remote_default_branch("nope"), None);
+    // has_remote_branch vs show-ref --verify: the exact ref or nothing.
+    for (branch, want) in [
+        ("main", true),
+        ("task/t1", true),
+        ("t1", false),
+        ("nope", false),
+    ] {
+        let full = format!("refs/remotes/origin/{branch}");
+        let shown = git_raw(env, &dest, &["show-ref", "--verify", "-q", &full], &[])
+            .status
+            .success();
+        assert_eq!(shown, want, "{branch}");
+        assert_eq!(repo.has_remote_branch("origin", branch), want, "{branch}");
+    }
+    assert!(!repo.has_remote_branch("nope", "main"));
 
     // open vs discover
     assert!(Repo::open(&dest).is_ok());

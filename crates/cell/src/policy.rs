@@ -11,7 +11,8 @@ pub const CONVENTION_SHAPE: &str = "project_convention";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PushTo {
-    /// The default branch, `main`.
+    /// The target itself (the mainline: the origin's default branch unless `target:` names
+    /// another); the value keeps its historical name.
     Main,
     /// `task/<task id>`, for review.
     Task,
@@ -41,8 +42,13 @@ metabob_wire::display_as_wire_name!(Integrate, Conflicts);
 #[serde(tag = "from", rename_all = "snake_case")]
 pub enum Source {
     Details,
-    Convention { concept_id: String, author: String },
+    Convention {
+        concept_id: String,
+        author: String,
+    },
     Default,
+    /// The branch the origin's HEAD names, as the clone recorded it.
+    OriginHead,
 }
 
 /// In the policy file's words: `details`, `default`, or the convention and its author.
@@ -54,6 +60,7 @@ impl std::fmt::Display for Source {
                 write!(f, "from convention {concept_id} by {author}")
             }
             Source::Default => f.write_str("default"),
+            Source::OriginHead => f.write_str("the origin's default branch"),
         }
     }
 }
@@ -124,26 +131,111 @@ pub struct Policy {
     pub push_to: Sourced<PushTo>,
     pub integrate: Sourced<Integrate>,
     pub conflicts: Sourced<Conflicts>,
+    /// The branch named by a `target:` line; none: the origin's default branch.
+    pub target: Option<Sourced<String>>,
     /// Refused values, as logged: never applied.
     pub refused: Vec<String>,
 }
 
-impl Policy {
-    /// The branch a fix is pushed to.
-    pub fn push_branch(&self, task_id: &str) -> String {
-        match self.push_to.value {
-            PushTo::Main => "main".into(),
-            PushTo::Task => format!("task/{task_id}"),
-        }
-    }
+/// Where a task's fix goes, decided against the clone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The branch the fix must be merged into before the task closes.
+    pub target: Sourced<String>,
+    /// The branch the cell pushes to: the target itself, or `task/<task id>`.
+    pub push_branch: String,
+    /// Why the fix is pushed there, in words for task.json and context.md.
+    pub why: String,
+}
 
-    /// The branch a fix must be merged into before it closes: `main` under review, otherwise
-    /// where it is pushed.
-    pub fn target(&self, task_id: &str) -> String {
-        match self.integrate.value {
-            Integrate::Review => "main".into(),
-            Integrate::Push => self.push_branch(task_id),
+/// Why a task's fix has nowhere to go. Both are the task's own cause, so the task is parked:
+/// a push never creates the branch a fix must reach.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unplaced {
+    #[error(
+        "the origin has no branch {target:?} (the target, {from}); a push never creates it: \
+         create it on the origin or name another with a `target: <branch>` line"
+    )]
+    NoSuchBranch {
+        target: String,
+        /// Where the name came from; `source` would read as the error's cause to thiserror.
+        from: Source,
+    },
+    #[error(
+        "the origin names no default branch (it recorded no HEAD) and the policy names no \
+         target: name one with a `target: <branch>` line"
+    )]
+    NoOriginHead,
+}
+
+impl Policy {
+    /// Places a task's fix on the origin as the clone saw it: `origin_head` is
+    /// the branch the origin's HEAD names, `origin_has` says whether the origin has a branch.
+    /// The target is what the policy names, else the origin's default branch, never a name of
+    /// our own, and it must exist. `integrate: review` always sends the fix to a task branch,
+    /// whatever `push_to` says, and so does `push_to: task`: the fix then reaches the target
+    /// only through a merge.
+    pub fn place(
+        &self,
+        task_id: &str,
+        origin_head: Option<&str>,
+        origin_has: impl Fn(&str) -> bool,
+    ) -> Result<Placement, Unplaced> {
+        let target = match (&self.target, origin_head) {
+            (Some(named), _) => named.clone(),
+            (None, Some(head)) => Sourced {
+                value: head.to_owned(),
+                source: Source::OriginHead,
+            },
+            (None, None) => return Err(Unplaced::NoOriginHead),
+        };
+        if !origin_has(&target.value) {
+            return Err(Unplaced::NoSuchBranch {
+                target: target.value,
+                from: target.source,
+            });
         }
+        let task_branch = format!("task/{task_id}");
+        let t = &target.value;
+        let (integrate, push_to) = (&self.integrate, &self.push_to);
+        let (push_branch, why) = match (integrate.value, push_to.value) {
+            (Integrate::Review, PushTo::Main) => {
+                let why = format!(
+                    "integrate: review ({}) sends the fix to {task_branch} for review, whatever \
+                     push_to says; it reaches {t} only through a merge",
+                    integrate.source
+                );
+                (task_branch, why)
+            }
+            (Integrate::Review, PushTo::Task) => {
+                let why = format!(
+                    "integrate: review ({}) and push_to: task ({}) send the fix to \
+                     {task_branch} for review; it reaches {t} only through a merge",
+                    integrate.source, push_to.source
+                );
+                (task_branch, why)
+            }
+            (Integrate::Push, PushTo::Task) => {
+                let why = format!(
+                    "push_to: task ({}) sends the fix to {task_branch}; it reaches {t} only \
+                     through a merge",
+                    push_to.source
+                );
+                (task_branch, why)
+            }
+            (Integrate::Push, PushTo::Main) => {
+                let why = format!(
+                    "push_to: main ({}) pushes the fix straight to the target, {t}",
+                    push_to.source
+                );
+                (t.clone(), why)
+            }
+        };
+        Ok(Placement {
+            target,
+            push_branch,
+            why,
+        })
     }
 }
 
@@ -204,6 +296,7 @@ pub fn decide(details: &str, conventions: &[Convention], trust: &TrustList) -> P
             _ => None,
         },
     );
+    let target = pick_target(details, &trusted, &mut refused);
     for r in &refused {
         tracing::warn!("integration policy: {r}");
     }
@@ -211,8 +304,49 @@ pub fn decide(details: &str, conventions: &[Convention], trust: &TrustList) -> P
         push_to,
         integrate,
         conflicts,
+        target,
         refused,
     }
+}
+
+/// A `target:` line names a branch; it must be a name git accepts for one, and is kept as
+/// written (branch names are case-sensitive).
+fn pick_target(
+    details: &str,
+    trusted: &[&Convention],
+    refused: &mut Vec<String>,
+) -> Option<Sourced<String>> {
+    use metabob_wire::refname::validate_ref;
+    if let Some(raw) = find_line(details, "target") {
+        match validate_ref(raw) {
+            Ok(()) => {
+                return Some(Sourced {
+                    value: raw.to_owned(),
+                    source: Source::Details,
+                });
+            }
+            Err(why) => refused.push(format!("target: {raw:?} in the task's details: {why}")),
+        }
+    }
+    for c in trusted {
+        if let Some(raw) = find_line(&c.content, "target") {
+            match validate_ref(raw) {
+                Ok(()) => {
+                    let author = c.author().unwrap_or_default();
+                    let concept_id = c.concept_id.clone();
+                    return Some(Sourced {
+                        value: raw.to_owned(),
+                        source: Source::Convention { concept_id, author },
+                    });
+                }
+                Err(why) => refused.push(format!(
+                    "target: {raw:?} in convention {}: {why}",
+                    c.concept_id
+                )),
+            }
+        }
+    }
+    None
 }
 
 fn pick<T: Copy>(
@@ -303,8 +437,10 @@ mod tests {
         assert_eq!(p.integrate.value, Integrate::Review);
         assert_eq!(p.conflicts.source, Source::Details);
         assert!(p.refused.iter().any(|r| r.contains("mallory")));
-        assert_eq!(p.push_branch("agf_1"), "task/agf_1");
-        assert_eq!(p.target("agf_1"), "main");
+        let placed = p.place("agf_1", Some("trunk"), |_| true).expect("placed");
+        assert_eq!(placed.push_branch, "task/agf_1");
+        assert_eq!(placed.target.value, "trunk");
+        assert_eq!(placed.target.source, Source::OriginHead);
     }
 
     #[test]
@@ -324,7 +460,8 @@ mod tests {
         );
         assert_eq!(p.integrate.value, Integrate::Push);
         assert_eq!(p.refused.len(), 3, "{:?}", p.refused);
-        assert_eq!(p.target("agf_1"), "main");
+        let placed = p.place("agf_1", Some("master"), |_| true).expect("placed");
+        assert_eq!(placed.push_branch, "master");
     }
 
     #[test]
@@ -342,6 +479,172 @@ mod tests {
         assert_eq!(p.conflicts.value, Conflicts::Rebase);
         assert_eq!(p.conflicts.source, Source::Default);
         assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+    }
+
+    /// An origin holding `branches`, its HEAD naming the first.
+    fn origin<'a>(branches: &'a [&'a str]) -> (Option<&'a str>, impl Fn(&str) -> bool + 'a) {
+        (branches.first().copied(), move |b: &str| {
+            branches.contains(&b)
+        })
+    }
+
+    fn trusting_alice() -> TrustList {
+        TrustList {
+            authors: vec!["alice".into()],
+            defaulted: false,
+        }
+    }
+
+    #[test]
+    fn the_target_is_the_origins_default_branch_unless_the_policy_names_one() {
+        let trust = trusting_alice();
+        let (head, has) = origin(&["master", "release/2.x"]);
+
+        let placed = decide("", &[], &trust)
+            .place("agf_1", head, &has)
+            .expect("placed");
+        assert_eq!(placed.target.value, "master", "never a hard-coded main");
+        assert_eq!(placed.target.source, Source::OriginHead);
+        assert_eq!(placed.push_branch, "master");
+        assert_eq!(
+            placed.why,
+            "push_to: main (default) pushes the fix straight to the target, master"
+        );
+
+        let named = decide("Fix it.\ntarget: release/2.x", &[], &trust);
+        let placed = named.place("agf_1", head, &has).expect("placed");
+        assert_eq!(placed.target.value, "release/2.x");
+        assert_eq!(placed.target.source, Source::Details);
+        assert_eq!(placed.push_branch, "release/2.x");
+
+        let convs = [conv("c1", 1, "recorded_by: alice\n\ntarget: release/2.x")];
+        let placed = decide("", &convs, &trust)
+            .place("agf_1", head, &has)
+            .expect("placed");
+        assert_eq!(
+            placed.target.source,
+            Source::Convention {
+                concept_id: "c1".into(),
+                author: "alice".into()
+            }
+        );
+        // The details win over a convention; an untrusted author's target is never read.
+        let placed = decide("target: master", &convs, &trust)
+            .place("agf_1", head, &has)
+            .expect("placed");
+        assert_eq!(placed.target.value, "master");
+        let mallory = [conv("c2", 2, "recorded_by: mallory\n\ntarget: release/2.x")];
+        let p = decide("", &mallory, &trust);
+        assert_eq!(p.target, None);
+        assert_eq!(
+            p.place("agf_1", head, &has).expect("placed").target.value,
+            "master"
+        );
+    }
+
+    #[test]
+    fn review_and_push_to_task_send_the_fix_to_a_task_branch_that_reaches_the_target_by_merge() {
+        let trust = trusting_alice();
+        let (head, has) = origin(&["master"]);
+        let cases = [
+            ("integrate: review", "whatever push_to says"),
+            ("integrate: review\npush_to: main", "whatever push_to says"),
+            (
+                "integrate: review\npush_to: task",
+                "and push_to: task (from the task's details)",
+            ),
+            (
+                "push_to: task",
+                "push_to: task (from the task's details) sends",
+            ),
+        ];
+        for (details, said) in cases {
+            let placed = decide(details, &[], &trust)
+                .place("agf_1", head, &has)
+                .expect("placed");
+            assert_eq!(placed.push_branch, "task/agf_1", "{details}");
+            assert_eq!(placed.target.value, "master", "{details}");
+            assert!(placed.why.contains(said), "{details}: {}", placed.why);
+            assert!(placed.why.contains("task/agf_1"), "{}", placed.why);
+            assert!(
+                placed
+                    .why
+                    .ends_with("it reaches master only through a merge"),
+                "{}",
+                placed.why
+            );
+        }
+        let placed = decide("integrate: review", &[], &trust)
+            .place("agf_1", head, &has)
+            .expect("placed");
+        assert_eq!(
+            placed.why,
+            "integrate: review (from the task's details) sends the fix to task/agf_1 for \
+             review, whatever push_to says; it reaches master only through a merge"
+        );
+    }
+
+    #[test]
+    fn a_target_the_origin_lacks_or_no_target_at_all_leaves_the_fix_nowhere_to_go() {
+        let trust = trusting_alice();
+        let (head, has) = origin(&["master"]);
+        let missing = decide("target: release", &[], &trust).place("agf_1", head, &has);
+        assert_eq!(
+            missing,
+            Err(Unplaced::NoSuchBranch {
+                target: "release".into(),
+                from: Source::Details
+            })
+        );
+        let shown = missing.expect_err("unplaced").to_string();
+        assert!(
+            shown.contains("\"release\"") && shown.contains("never creates it"),
+            "{shown}"
+        );
+        // Even under review: the task branch is pushed, but the target must already exist.
+        let review = decide("target: release\nintegrate: review", &[], &trust);
+        assert!(review.place("agf_1", head, &has).is_err());
+        // An origin with no HEAD recorded: only a named target places the fix.
+        let (none, has) = origin(&[]);
+        let p = decide("", &[], &trust);
+        assert_eq!(p.place("agf_1", none, &has), Err(Unplaced::NoOriginHead));
+        let p = decide("target: master", &[], &trust);
+        assert!(p.place("agf_1", None, |b| b == "master").is_ok());
+        // A HEAD naming a branch the clone does not have is no target either.
+        assert_eq!(
+            decide("", &[], &trust).place("agf_1", Some("gone"), |_| false),
+            Err(Unplaced::NoSuchBranch {
+                target: "gone".into(),
+                from: Source::OriginHead
+            })
+        );
+    }
+
+    #[test]
+    fn a_target_that_is_no_branch_name_is_refused_and_listed_whatever_its_source() {
+        let trust = trusting_alice();
+        let p = decide("target: ../x", &[], &trust);
+        assert_eq!(p.target, None);
+        assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+        assert!(
+            p.refused[0].starts_with("target: \"../x\" in the task's details: ref refused"),
+            "{:?}",
+            p.refused
+        );
+        for bad in ["HEAD", "-f", "a b", "x@{1}", "main.lock", "refs/heads/"] {
+            let convs = [conv(
+                "c1",
+                1,
+                &format!("recorded_by: alice\n\ntarget: {bad}"),
+            )];
+            let p = decide("", &convs, &trust);
+            assert_eq!(p.target, None, "{bad}");
+            assert!(p.refused[0].contains("in convention c1"), "{:?}", p.refused);
+        }
+        // A refused value in the details falls back to a trusted convention, as other keys do.
+        let convs = [conv("c1", 1, "recorded_by: alice\n\ntarget: trunk")];
+        let p = decide("target: ../x", &convs, &trust);
+        assert_eq!(p.target.map(|t| t.value).as_deref(), Some("trunk"));
     }
 
     #[test]

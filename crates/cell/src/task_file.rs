@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::CellError;
-use super::policy::{Conflicts, Integrate, PushTo, Sourced, TrustList};
+use super::policy::{Conflicts, Integrate, PushTo, Source, Sourced, TrustList};
 use metabob_wire::finding::Severity;
 use metabob_wire::util::write_atomic;
 
@@ -47,15 +47,23 @@ pub struct TaskClaim {
     pub until: String,
 }
 
-/// The integration policy as decided at pull time, with the two names it implies.
+/// The integration policy as decided at pull time, with the two branches it comes to
+/// (`crates/cell/src/policy.rs` `Policy::place`). Both stay plain strings: the cell loop and
+/// `finding close` read them as branch names.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskPolicy {
     pub conflicts: Sourced<Conflicts>,
     pub integrate: Sourced<Integrate>,
     pub push_branch: String,
     pub push_to: Sourced<PushTo>,
+    /// Why the fix is pushed to `push_branch`, naming the policy values that decided it.
+    pub push_why: String,
     pub refused: Vec<String>,
+    /// The branch the fix must be merged into: the policy's `target:`, else the origin's
+    /// default branch.
     pub target: String,
+    /// Where `target` came from: the details, a convention, or the origin's HEAD.
+    pub target_source: Source,
 }
 
 impl TaskFile {
@@ -85,7 +93,6 @@ impl TaskFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Source;
 
     fn sample() -> TaskFile {
         let sourced = |value| Sourced {
@@ -111,13 +118,16 @@ mod tests {
                     value: Integrate::Push,
                     source: Source::Details,
                 },
-                push_branch: "main".into(),
+                push_branch: "master".into(),
                 push_to: Sourced {
                     value: PushTo::Main,
                     source: Source::Default,
                 },
+                push_why: "push_to: main (default) pushes the fix straight to the target, master"
+                    .into(),
                 refused: vec![],
-                target: "main".into(),
+                target: "master".into(),
+                target_source: Source::OriginHead,
             },
             pulled_at: "2026-01-01T00:00:00.000Z".into(),
             recorder: None,
@@ -152,6 +162,23 @@ mod tests {
         assert!(
             missing.to_string().contains("run `task pull` first"),
             "{missing}"
+        );
+    }
+
+    #[test]
+    fn the_policy_names_its_branches_as_strings_and_says_where_the_target_came_from() {
+        let v = serde_json::to_value(sample()).expect("serialises");
+        let p = &v["policy"];
+        assert_eq!(p["target"], "master");
+        assert_eq!(p["push_branch"], "master");
+        assert!(
+            p["push_why"]
+                .as_str()
+                .is_some_and(|w| w.contains("push_to: main"))
+        );
+        assert_eq!(
+            p["target_source"],
+            serde_json::json!({"from": "origin_head"})
         );
     }
 }

@@ -461,6 +461,17 @@ impl Repo {
             .map(str::to_string)
     }
 
+    /// Whether the clone has `refs/remotes/<remote>/<branch>` leading to a commit. The name is
+    /// looked up as that exact ref, never read as a revision: `@` is a branch named `@`.
+    pub fn has_remote_branch(&self, remote: &str, branch: &str) -> bool {
+        let name = format!("refs/remotes/{remote}/{branch}");
+        match self.repo.try_find_reference(name.as_str()) {
+            // gix also tries the name under refs/heads/ and the like: only the exact ref counts.
+            Ok(Some(mut r)) => r.name().as_bstr() == name.as_str() && r.peel_to_commit().is_ok(),
+            _ => false,
+        }
+    }
+
     /// The trees a commit's change is measured between: its first parent's (the empty tree
     /// for a root commit) and its own.
     fn first_parent_trees(

@@ -33,7 +33,8 @@ pub(super) struct Pull<'a> {
 /// What setting up a held task came to.
 pub(super) enum SetUp {
     Done(Box<TaskFile>),
-    /// Its ref is refused, or the origin has no such ref: the task is parked.
+    /// Its ref is refused, or the origin has no such ref or lacks its target: the task is
+    /// parked.
     Parked(TaskFailure),
     /// The origin could not be reached: the claim was withdrawn, nothing is held against the
     /// task, and the pull says try later.
@@ -175,15 +176,26 @@ impl Setup<'_> {
         let (origin, work, progress) = (opts.origin.clone(), opts.work_dir.clone(), opts.progress);
         let net = self.net.clone();
         let branch = self.reference.clone();
-        let base = tokio::task::spawn_blocking(move || {
-            metabob_git::clone_at(&origin, &work, branch.as_deref(), progress, &net)
-                .map(|(_, sha)| sha)
+        let (policy, task_id) = (self.policy.clone(), r.finding.id().to_string());
+        // The clone knows the origin's default branch and its branches, so where the fix goes
+        // is decided against it; a target the origin lacks is the task's cause.
+        let (base, placed) = tokio::task::spawn_blocking(move || {
+            metabob_git::clone_at(&origin, &work, branch.as_deref(), progress, &net).map(
+                |(repo, sha)| {
+                    let head = repo.remote_default_branch("origin");
+                    let placed = policy.place(&task_id, head.as_deref(), |b| {
+                        repo.has_remote_branch("origin", b)
+                    });
+                    (sha, placed)
+                },
+            )
         })
         .await
         .map_err(|e| SetupFailure::Cell(format!("the clone stopped: {e}")))?
         .map_err(|e| match e {
-            // Only what the task names can fail it: its ref. A remote or network that did not
-            // answer is waited out; a lasting refusal (trust, credentials) is this cell's.
+            // Only what the task names can fail it: its ref here, its target below. A remote or
+            // network that did not answer is waited out; a lasting refusal (trust, credentials)
+            // is this cell's.
             metabob_git::GitError::RefNotFound(name) => SetupFailure::Task(format!(
                 "the origin has no branch or tag {name:?} (the task's ref)"
             )),
@@ -192,6 +204,7 @@ impl Setup<'_> {
             }
             e => SetupFailure::Cell(format!("cloning {} failed: {e}", opts.origin)),
         })?;
+        let placed = placed.map_err(|e| SetupFailure::Task(e.to_string()))?;
 
         let f = &r.finding;
         let policy = self.policy;
@@ -212,10 +225,12 @@ impl Setup<'_> {
             policy: TaskPolicy {
                 conflicts: policy.conflicts.clone(),
                 integrate: policy.integrate.clone(),
-                push_branch: policy.push_branch(f.id()),
+                push_branch: placed.push_branch,
                 push_to: policy.push_to.clone(),
+                push_why: placed.why,
                 refused: policy.refused.clone(),
-                target: policy.target(f.id()),
+                target: placed.target.value,
+                target_source: placed.target.source,
             },
             pulled_at: rfc3339_ms(now_ms()),
             recorder: f.recorded_by.clone(),
@@ -230,7 +245,7 @@ impl Setup<'_> {
         };
         task.write(&opts.task_dir.join("task.json"))
             .map_err(SetupFailure::Cell)?;
-        let context = context_md(r, related, policy, &task);
+        let context = context_md(r, related, &task);
         let path = opts.task_dir.join("context.md");
         write_atomic(&path, context.as_bytes(), None)
             .map_err(|e| SetupFailure::Cell(format!("writing {}: {e}", path.display())))?;
@@ -240,12 +255,7 @@ impl Setup<'_> {
 
 /// The harness's briefing: details, policy, open non-task findings on the task's files, and the
 /// task as recorded.
-fn context_md(
-    r: &Recalled,
-    related: &Result<Related, String>,
-    policy: &Policy,
-    task: &TaskFile,
-) -> String {
+fn context_md(r: &Recalled, related: &Result<Related, String>, task: &TaskFile) -> String {
     use std::fmt::Write as _;
     let f = &r.finding;
     let mut s = String::new();
@@ -266,17 +276,19 @@ fn context_md(
         }
     );
     let _ = writeln!(s, "## Integration policy\n");
+    let p = &task.policy;
     let _ = writeln!(
         s,
-        "- push to `{}` ({})\n- integrate: {} ({})\n- conflicts: {} ({})\n- the fix closes once merged into `{}`; \
-         commit it with a `Fixes-Finding: {}` trailer\n",
-        task.policy.push_branch,
-        policy.push_to.source,
-        policy.integrate.value,
-        policy.integrate.source,
-        policy.conflicts.value,
-        policy.conflicts.source,
-        task.policy.target,
+        "- push to `{}` — {}\n- integrate: {} ({})\n- conflicts: {} ({})\n- the fix closes once merged \
+         into `{}` ({}); commit it with a `Fixes-Finding: {}` trailer\n",
+        p.push_branch,
+        p.push_why,
+        p.integrate.value,
+        p.integrate.source,
+        p.conflicts.value,
+        p.conflicts.source,
+        p.target,
+        p.target_source,
         f.id()
     );
     let empty = Related::default();
