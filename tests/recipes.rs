@@ -273,6 +273,103 @@ fn the_ci_examples_parse_and_run_n_cells_as_jobs_against_one_ledger() {
     }
 }
 
+/// The job of a CI example that runs the review sweep: the one whose steps (or script) run
+/// `finding close --pending`.
+fn sweep_jobs(jobs: &Value, scripts: fn(&Value) -> Vec<String>) -> Vec<(&String, &Value)> {
+    map(jobs)
+        .filter(|(_, j)| {
+            scripts(j)
+                .iter()
+                .any(|s| s.contains("finding close --pending --origin \"$ORIGIN\""))
+        })
+        .collect()
+}
+
+#[test]
+fn each_ci_example_closes_merged_reviews_on_a_push_to_the_default_branch() {
+    // GitHub: the workflow runs on a push to main, where only the sweep runs, with the ledger's
+    // key from secrets and the tasks' repository as its origin.
+    let gh = yaml(GITHUB);
+    // YAML 1.1 reads the bare key `on` as true; pyyaml does.
+    let on = gh
+        .get("on")
+        .or_else(|| gh.get("true"))
+        .expect("the workflow's triggers");
+    assert_eq!(
+        on["push"]["branches"],
+        serde_json::json!(["main"]),
+        "{GITHUB}: {on}"
+    );
+    let sweeps = sweep_jobs(&gh["jobs"], github_scripts);
+    assert_eq!(sweeps.len(), 1, "{GITHUB}: one job runs the sweep: {gh}");
+    let (name, job) = sweeps[0];
+    assert_eq!(
+        job["if"], "github.event_name == 'push'",
+        "{GITHUB}: jobs.{name}"
+    );
+    assert_eq!(
+        job["needs"], "build",
+        "{GITHUB}: jobs.{name} takes the built binary"
+    );
+    let env = &job["env"];
+    assert_eq!(
+        env["METABOB_API_KEY"], "${{ secrets.METABOB_API_KEY }}",
+        "{GITHUB}: {env}"
+    );
+    assert_eq!(
+        env["ORIGIN"], "${{ secrets.METABOB_ORIGIN }}",
+        "{GITHUB}: {env}"
+    );
+    assert!(text(&env["DISCOVERY_ENDPOINT"]).starts_with("${{"), "{env}");
+    let (cells, cell) = github_cell_job(&gh);
+    assert_eq!(
+        cell["if"], "github.event_name != 'push'",
+        "{GITHUB}: jobs.{cells} runs no cells on a push"
+    );
+    let mut set: BTreeSet<String> = map(env).map(|(k, _)| k.clone()).collect();
+
+    // GitLab: a job only for a push to the default branch, the key a masked variable.
+    let gl = yaml(GITLAB);
+    let sweeps = sweep_jobs(&gl, gitlab_scripts);
+    assert_eq!(sweeps.len(), 1, "{GITLAB}: one job runs the sweep: {gl}");
+    let (name, job) = sweeps[0];
+    let rules: Vec<String> = job["rules"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{GITLAB}: {name} has rules"))
+        .iter()
+        .map(|r| text(&r["if"]))
+        .collect();
+    assert_eq!(
+        rules,
+        ["$CI_PIPELINE_SOURCE == \"push\" && $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"],
+        "{GITLAB}: {name}"
+    );
+    assert_eq!(
+        job["needs"],
+        serde_json::json!(["build"]),
+        "{GITLAB}: {name}"
+    );
+    assert_eq!(
+        job["variables"]["ORIGIN"], "$METABOB_ORIGIN",
+        "{GITLAB}: {name}"
+    );
+    assert!(
+        job["variables"].get("METABOB_API_KEY").is_none(),
+        "{GITLAB}: the key is a masked CI/CD variable, never in the file"
+    );
+    set.extend(map(&job["variables"]).map(|(k, _)| k.clone()));
+    set.extend(assigns(&gitlab_scripts(job).join("\n")));
+
+    // Whatever the sweep jobs set, the binary reads (METABOB_BIN is the file's own name for it).
+    set.remove("METABOB_BIN");
+    let read = cli_reads(&set);
+    let unread: Vec<&String> = set.difference(&read).collect();
+    assert!(
+        unread.is_empty(),
+        "the sweep jobs set {unread:?}, which metabob-mcp never reads"
+    );
+}
+
 // ---- commands and flags ------------------------------------------------------------------------
 
 /// How a file names our binary.
@@ -438,6 +535,7 @@ fn every_metabob_command_and_flag_the_examples_use_is_in_the_binary() {
         "ledger serve",
         "ledger key create",
         "finding record",
+        "finding close",
         "serve",
     ] {
         assert!(

@@ -4,7 +4,7 @@ use clap::{Args, Subcommand};
 
 use super::{cell_error, print_json};
 use crate::error::{CliError, CliResult, Exit};
-use metabob_cell::finding_close::{self, CloseOptions, Commits, Outcome};
+use metabob_cell::finding_close::{self, CloseOptions, Commits, Outcome, SweepOptions};
 use metabob_cell::record::{self, RecordOptions, RecordOutcome};
 use metabob_wire::env::Env;
 use metabob_wire::finding::{FindingStatus, Severity};
@@ -15,7 +15,8 @@ use metabob_wire::record::FindingDraft;
 #[command(after_help = "\
 Examples:
   metabob-mcp finding record --file src/parse.py --severity HIGH --category correctness --summary \"drops the last token\"
-  metabob-mcp finding close --commits origin/main..HEAD")]
+  metabob-mcp finding close --commits origin/main..HEAD
+  metabob-mcp finding close --pending --origin https://git.lan/app.git")]
 pub struct FindingArgs {
     #[command(subcommand)]
     pub command: FindingCommand,
@@ -33,20 +34,22 @@ impl FindingArgs {
 #[derive(Debug, Subcommand)]
 pub enum FindingCommand {
     /// Close the findings the commits name in `Fixes-Finding:` trailers, once merged into the
-    /// target; pending, reverted and unpushed fixes are reported, never closed.
+    /// target; pending, reverted and unpushed fixes are reported, never closed. With --pending,
+    /// close the origin's pending fixes whose review has been merged since.
     Close(CloseArgs),
     /// Record a finding (or, with --category task, a task) and print its ids.
     Record(RecordArgs),
 }
 
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("which").required(true).args(["commits_from", "commits"]))]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["commits_from", "commits", "pending"]))]
 #[command(after_help = "\
 Examples:
   git rev-list origin/main..HEAD > commits && git push origin HEAD:main
   metabob-mcp finding close --commits-from commits --task /task/task.json --work-dir /work
   metabob-mcp finding close --commits origin/main..HEAD      # after your own push, in the checkout
-  metabob-mcp finding close --commits HEAD~3..HEAD --target release --json")]
+  metabob-mcp finding close --commits HEAD~3..HEAD --target release --json
+  metabob-mcp finding close --pending --origin https://git.lan/app.git   # after merging task/<id>")]
 pub struct CloseArgs {
     /// A file of commit ids, one per line (`git rev-list origin/<target>..HEAD > FILE`).
     #[arg(long, value_name = "FILE")]
@@ -54,7 +57,15 @@ pub struct CloseArgs {
     /// A commit range, e.g. `origin/main..HEAD`, after your own push.
     #[arg(long, value_name = "RANGE")]
     pub commits: Option<String>,
-    /// The branch the fix must be merged into (default: the task's policy, else main).
+    /// Judge every pending fix of --origin's repository again, in a clone of its own, and close
+    /// those whose review has been merged.
+    #[arg(long, conflicts_with_all = ["target", "work_dir", "task"])]
+    pub pending: bool,
+    /// The repository to sweep, as git clones it (with --pending).
+    #[arg(long, value_name = "GIT_URL")]
+    pub origin: Option<String>,
+    /// The branch the fix must be merged into (default: the task's policy, else the origin's
+    /// default branch).
     #[arg(long)]
     pub target: Option<String>,
     /// The checkout to read.
@@ -123,6 +134,22 @@ pub async fn run(args: FindingArgs, env: Env) -> CliResult {
 }
 
 async fn close(a: CloseArgs, env: Env) -> CliResult {
+    match (a.pending, a.origin) {
+        (true, Some(origin)) => return sweep(origin, a.json, env).await,
+        (true, None) => {
+            return Err(
+                CliError::failure("finding close --pending: no origin named")
+                    .hint("give --origin URL, the repository whose merged reviews to close"),
+            );
+        }
+        (false, Some(_)) => {
+            return Err(
+                CliError::failure("finding close: --origin names the repository to sweep")
+                    .hint("add --pending, or drop --origin to close by commits in a checkout"),
+            );
+        }
+        (false, None) => {}
+    }
     let commits = match (a.commits_from, a.commits) {
         (Some(f), None) => Commits::File(f),
         (None, Some(r)) => Commits::Range(r),
@@ -170,12 +197,65 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
                 Outcome::Unpushed { commit } => format!(
                     "unpushed  {commit} is on no remote branch; push it, then run finding close again"
                 ),
+                Outcome::Missing { commit } => {
+                    format!("missing   {commit} is on no branch of the origin; not closed")
+                }
                 Outcome::NotOpen { why } => format!("not open  {why}"),
                 Outcome::Refused { why } => format!("refused   {why}"),
             };
             metabob_wire::outln!("{} {line}", f.finding_id);
         }
     }
+    Ok(Exit::Ok)
+}
+
+/// `finding close --pending --origin URL`: every pending fix judged again, one line each.
+async fn sweep(origin: String, json: bool, env: Env) -> CliResult {
+    let opts = SweepOptions {
+        origin,
+        cache_dir: None,
+    };
+    let report = finding_close::sweep_pending(opts, env)
+        .await
+        .map_err(|e| cell_error("finding close --pending", e))?;
+    if json {
+        print_json(&report)?;
+        return Ok(Exit::Ok);
+    }
+    let mut closed = 0;
+    for t in &report.tasks {
+        let (id, target, fix) = (&t.task_id, &t.target, &t.fix_commit);
+        let line = match &t.outcome {
+            Outcome::Closed { commit, via, .. } => {
+                closed += 1;
+                format!("closed    {id} fixed in {commit} (via {via}), merged into {target}")
+            }
+            Outcome::Pending { branches, .. } => format!(
+                "pending   {id} fix {fix} waits on {} (not merged into {target})",
+                branches.join(", ")
+            ),
+            Outcome::Reverted { reverted_by, .. } => format!(
+                "reverted  {id} fix {fix} was merged into {target}, then reverted by {reverted_by}; still pending"
+            ),
+            Outcome::Unpushed { .. } | Outcome::Missing { .. } => format!(
+                "missing   {id} fix {fix} is on no branch of the origin (its branch deleted unmerged?); still pending"
+            ),
+            Outcome::NotOpen { why } => format!("not open  {id} {why}"),
+            Outcome::Refused { why } => format!("refused   {id} {why}"),
+        };
+        metabob_wire::outln!("{line}");
+    }
+    let truncated = if report.recall_truncated {
+        "; the ledger's window was full, so older ones were not seen"
+    } else {
+        ""
+    };
+    let judged = report.tasks.len();
+    metabob_wire::outln!(
+        "{}: {judged} pending fix(es) judged, {closed} closed, {} still pending{truncated}",
+        report.repository,
+        judged - closed
+    );
     Ok(Exit::Ok)
 }
 

@@ -104,7 +104,7 @@ pub enum Command {
     /// Run the attachment once and print each hop; exit 0 only when attached and a read resolved.
     Attach(attach::AttachArgs),
     /// A container cell's loop: pull, harness, integrate, push, verify, close, again.
-    Cell(cell::CellArgs),
+    Cell(Box<cell::CellArgs>),
     /// Diagnose configuration, network path and attachment.
     Doctor(doctor::DoctorArgs),
     /// Findings: close by commit, record.
@@ -158,7 +158,7 @@ pub async fn run(cli: Cli, mut env: Env) -> CliResult {
         Command::Serve(args) => serve::run(args, env).await,
         Command::Tool(args) => tool::run(args, env).await,
         Command::Attach(args) => attach::run(args, env).await,
-        Command::Cell(args) => cell::run(args, env).await,
+        Command::Cell(args) => cell::run(*args, env).await,
         Command::Doctor(args) => doctor::run(args, env).await,
         Command::Finding(args) => finding::run(args, env).await,
         Command::Ledger(args) => ledger::run(args, env).await,

@@ -5,6 +5,7 @@ mod close;
 mod pull;
 mod race;
 mod run;
+mod sweep;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,11 @@
 //! `finding close`: close the findings a range of commits names in `Fixes-Finding:` trailers,
 //! once the fix is merged into the target (SPEC.md §finding close). Pending, reverted and
-//! unpushed fixes are reported, never closed.
+//! unpushed fixes are reported, never closed. `sweep` closes the pending ones whose review has
+//! been merged since, from the origin alone (SPEC.md §Closing merged reviews).
+
+pub mod sweep;
+
+pub use sweep::{SweepEntry, SweepOptions, SweepReport, sweep_pending};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -10,7 +15,7 @@ use serde::Serialize;
 use super::CellError;
 use super::fix_location::{History, check_fix_commit};
 use super::task_file::TaskFile;
-use crate::ledger::recall::{self, LedgerView};
+use crate::ledger::recall::{self, LedgerView, Recalled};
 use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind, VerdictOrigin};
 use metabob_git::{GitError, Repo};
 use metabob_net::attachment::{Attachment, vessel_id};
@@ -78,6 +83,11 @@ pub enum Outcome {
     Unpushed {
         commit: String,
     },
+    /// The fix commit a pending verdict names is on no branch of the origin any more: its
+    /// review branch was deleted unmerged. Nothing is written; the finding stays pending.
+    Missing {
+        commit: String,
+    },
     NotOpen {
         why: String,
     },
@@ -142,15 +152,16 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
         }
     }
 
-    let target = opts
-        .target
-        .clone()
-        .or_else(|| task.as_ref().map(|t| t.policy.target.clone()))
-        .unwrap_or_else(|| "main".into());
     // A stale view of the origin could misjudge what is merged: fetch first, write nothing if
     // that fails.
     repo.fetch("origin", &metabob_net::NetClient::from_env(&env))
         .map_err(|e| CellError::Failed(format!("{e}; nothing was written")))?;
+    // Read after the fetch, so the default is the origin's default branch as the clone knows it.
+    let target = opts
+        .target
+        .clone()
+        .or_else(|| task.as_ref().map(|t| t.policy.target.clone()))
+        .unwrap_or_else(|| default_branch(&repo));
     let target_ref = format!("origin/{target}");
     let tip = repo.resolve(&target_ref)?.ok_or_else(|| {
         CellError::Failed(format!(
@@ -178,63 +189,147 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
 
     let aliases = crate::ledger::repo_identity::aliases_for_workspace(&workdir);
     let view = recall::recall(&att, &aliases).await?;
-    let mut history = TargetHistory::new(&repo, &target_ref, &tip)?;
-
-    // Judge every finding first (git, in order), then send the writes together: they are
-    // independent, and the ledger's round trips would otherwise add up one after another.
-    let ctx = Ctx {
-        view: &view,
-        target: &target,
-    };
-    let mut writes = tokio::task::JoinSet::new();
-    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT));
-    for (id, shas) in named {
-        let index = report.findings.len();
-        let outcome = match view.findings.iter().find(|r| r.finding.has_id(&id)) {
-            None => Outcome::NotOpen {
-                why: "no open finding of this repository has this id; nothing was written".into(),
-            },
-            Some(r) => match plan(&ctx, &repo, &mut history, &r.finding, &r.files, &id, &shas)? {
-                Plan::Report(outcome) => outcome,
-                Plan::Write {
-                    kind,
-                    lines,
-                    outcome,
-                } => {
-                    let (att, finding) = (att.clone(), r.finding.clone());
-                    let (me, session) = (me.clone(), session.clone());
-                    let permits = permits.clone();
-                    writes.spawn(async move {
-                        let _permit = permits.acquire_owned().await;
-                        let id = write_verdict(&att, &finding, kind, lines, me, session).await;
-                        (index, id)
-                    });
-                    outcome
-                }
-            },
-        };
-        report.findings.push(FindingReport {
-            finding_id: id,
-            commits: shas,
-            outcome,
-        });
-    }
-    while let Some(done) = writes.join_next().await {
-        let (index, written) =
-            done.map_err(|e| CellError::Failed(format!("a verdict write stopped: {e}")))?;
-        let written = written?;
-        match &mut report.findings[index].outcome {
-            Outcome::Closed { verdict, .. } => *verdict = written,
-            Outcome::Pending { verdict, .. } => *verdict = Some(written),
-            _ => {}
+    let mut step = JudgeAndWrite::new(&att, &view, me, session, PendingWrites::Record);
+    {
+        let mut history = TargetHistory::new(&repo, &target_ref, &tip)?;
+        for (id, shas) in &named {
+            match view.findings.iter().find(|r| r.finding.has_id(id)) {
+                None => step.report(Outcome::NotOpen {
+                    why: "no open finding of this repository has this id; nothing was written"
+                        .into(),
+                }),
+                Some(r) => step.judge(&repo, &mut history, &target, r, id, shas)?,
+            }
         }
     }
+    let outcomes = step.finish().await?;
+    report.findings = named
+        .into_iter()
+        .zip(outcomes)
+        .map(|((finding_id, commits), outcome)| FindingReport {
+            finding_id,
+            commits,
+            outcome,
+        })
+        .collect();
     Ok(report)
+}
+
+/// The branch `origin`'s HEAD names after a fetch or clone, else `main` when the clone recorded
+/// none (anchor: default_branch).
+pub fn default_branch(repo: &Repo) -> String {
+    repo.remote_default_branch("origin")
+        .unwrap_or_else(|| "main".into())
+}
+
+/// Whether a judgement that the fix waits on a branch writes a pending verdict. `finding close`
+/// records where the fix waits; the sweep only reads, since the pending verdict it starts from
+/// already says so and a standing cell sweeps on every idle poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PendingWrites {
+    Record,
+    Keep,
+}
+
+/// The one judge-and-write step of `finding close` and the sweep (anchor: JudgeAndWrite): each
+/// finding is judged against its target's history in turn (git only), and the verdicts the
+/// judgements call for are sent together: they are independent, and the ledger's round trips
+/// would otherwise add up one after another. Every write goes through the one verdict writer.
+struct JudgeAndWrite<'a> {
+    att: &'a Attachment,
+    view: &'a LedgerView,
+    me: Option<String>,
+    session: String,
+    pending: PendingWrites,
+    outcomes: Vec<Outcome>,
+    writes: tokio::task::JoinSet<(usize, Result<String, CellError>)>,
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl<'a> JudgeAndWrite<'a> {
+    fn new(
+        att: &'a Attachment,
+        view: &'a LedgerView,
+        me: Option<String>,
+        session: String,
+        pending: PendingWrites,
+    ) -> JudgeAndWrite<'a> {
+        JudgeAndWrite {
+            att,
+            view,
+            me,
+            session,
+            pending,
+            outcomes: Vec::new(),
+            writes: tokio::task::JoinSet::new(),
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
+        }
+    }
+
+    /// An outcome decided without judging (an unknown id, a fix the clone lacks).
+    fn report(&mut self, outcome: Outcome) {
+        self.outcomes.push(outcome);
+    }
+
+    /// Judges `r` against `history` (the target's) and starts the write its verdict needs.
+    fn judge(
+        &mut self,
+        repo: &Repo,
+        history: &mut TargetHistory<'_>,
+        target: &str,
+        r: &Recalled,
+        id: &str,
+        shas: &[String],
+    ) -> Result<(), CellError> {
+        let ctx = Ctx {
+            view: self.view,
+            target,
+            pending: self.pending,
+        };
+        let outcome = match plan(&ctx, repo, history, &r.finding, &r.files, id, shas)? {
+            Plan::Report(outcome) => outcome,
+            Plan::Write {
+                kind,
+                lines,
+                outcome,
+            } => {
+                let index = self.outcomes.len();
+                let (att, finding) = (self.att.clone(), r.finding.clone());
+                let (me, session) = (self.me.clone(), self.session.clone());
+                let permits = self.permits.clone();
+                self.writes.spawn(async move {
+                    let _permit = permits.acquire_owned().await;
+                    let id = write_verdict(&att, &finding, kind, lines, me, session).await;
+                    (index, id)
+                });
+                outcome
+            }
+        };
+        self.outcomes.push(outcome);
+        Ok(())
+    }
+
+    /// Waits for every write and returns the outcomes in the order they were judged, each
+    /// with the id of the verdict written for it.
+    async fn finish(mut self) -> Result<Vec<Outcome>, CellError> {
+        while let Some(done) = self.writes.join_next().await {
+            let (index, written) =
+                done.map_err(|e| CellError::Failed(format!("a verdict write stopped: {e}")))?;
+            let written = written?;
+            match self.outcomes.get_mut(index) {
+                Some(Outcome::Closed { verdict, .. }) => *verdict = written,
+                Some(Outcome::Pending { verdict, .. }) => *verdict = Some(written),
+                _ => {}
+            }
+        }
+        Ok(self.outcomes)
+    }
 }
 
 struct Ctx<'a> {
     view: &'a LedgerView,
     target: &'a str,
+    pending: PendingWrites,
 }
 
 /// What to do for one finding: report it, or write a verdict and then report it.
@@ -310,6 +405,13 @@ fn plan(
                 branches.dedup();
                 if branches.is_empty() {
                     return Ok(Plan::Report(Outcome::Unpushed { commit }));
+                }
+                if ctx.pending == PendingWrites::Keep {
+                    return Ok(Plan::Report(Outcome::Pending {
+                        commit,
+                        branches,
+                        verdict: None,
+                    }));
                 }
                 // One pending verdict per fix and target is enough.
                 if let Standing::Pending { verdict: v } = &standing
