@@ -102,14 +102,17 @@ fn redact(line: &str, secrets: &[String]) -> String {
     l
 }
 
-fn forward(stream: impl AsyncRead + Unpin + Send + 'static, tail: Tail) {
+fn forward(
+    stream: impl AsyncRead + Unpin + Send + 'static,
+    tail: Tail,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             metabob_wire::errln!("{line}");
             tail.push(&line);
         }
-    });
+    })
 }
 
 /// What a run needs besides the command.
@@ -147,11 +150,12 @@ pub async fn run(mut r: Run<'_>) -> (Stop, String) {
     if let Some(pid) = child.id() {
         r.group.0.store(pid as i32, Ordering::SeqCst);
     }
+    let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {
-        forward(out, tail.clone());
+        readers.push(forward(out, tail.clone()));
     }
     if let Some(err) = child.stderr.take() {
-        forward(err, tail.clone());
+        readers.push(forward(err, tail.clone()));
     }
     let lost = async {
         loop {
@@ -173,7 +177,13 @@ pub async fn run(mut r: Run<'_>) -> (Stop, String) {
     r.group.stop().await;
     let _ = child.wait().await;
     r.group.0.store(0, Ordering::SeqCst);
-    // What the harness printed last may still be in the pipes.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // What the harness printed last may still be in the pipes: with its group gone they close,
+    // and the readers end at once; a descendant that escaped the group is not waited for.
+    let drained = async {
+        for reader in readers {
+            let _ = reader.await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(500), drained).await;
     (stop, tail.text(r.secrets))
 }
