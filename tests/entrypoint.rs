@@ -4,19 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{TestEnv, bin, wait_until};
-
-/// The processes whose command line is exactly `line`.
-fn running(line: &str) -> usize {
-    let out = Command::new("ps")
-        .args(["-eo", "args="])
-        .output()
-        .expect("ps lists processes");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.trim() == line)
-        .count()
-}
+use crate::support::{TestEnv, bin, running, wait_until};
 
 #[test]
 fn a_cell_stopped_mid_task_gives_its_claim_back_and_leaves_no_harness_process_behind() {

@@ -61,15 +61,7 @@ impl World {
 
     /// The repository's board entries in `group`, by task id.
     fn board(&self, group: &str) -> Vec<Value> {
-        let out = self.env.run(&["task", "list", "--json"]);
-        assert_eq!(out.code, 0, "{out:?}");
-        let board = json(&out);
-        board["repositories"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| r[group].as_array().cloned().unwrap_or_default())
-            .collect()
+        self.env.board_group(group)
     }
 
     /// Pulls into `cell` and gives the task back as failed there: `task release --failed`.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Ledger, Output, TestEnv, bin, wait_until};
+use crate::support::{Ledger, Output, TestEnv, bin, running, wait_until};
 
 const HARNESS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/fleet/harness.sh");
 
@@ -108,20 +108,9 @@ impl Repo {
         }
     }
 
-    fn board(&self, group: &str) -> Vec<Value> {
-        let out = self.env.run(&["task", "list", "--json"]);
-        assert_eq!(out.code, 0, "{out:?}");
-        let board: Value = serde_json::from_str(&out.stdout).unwrap();
-        board["repositories"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| r[group].as_array().cloned().unwrap_or_default())
-            .collect()
-    }
-
     fn in_group(&self, group: &str, id: &str) -> Option<Value> {
-        self.board(group)
+        self.env
+            .board_group(group)
             .into_iter()
             .find(|t| t["task_id"] == id || t["task"]["task_id"] == id)
     }
@@ -336,15 +325,6 @@ fn a_hook_that_refuses_main_parks_the_task_keeps_the_commits_and_the_cell_goes_o
         heads.contains(&format!("refs/heads/salvage/{id}")),
         "{heads}"
     );
-}
-
-/// The processes whose command line is exactly `line`.
-fn running(line: &str) -> usize {
-    let out = Command::new("ps").args(["-eo", "args="]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.trim() == line)
-        .count()
 }
 
 #[test]

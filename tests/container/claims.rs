@@ -149,7 +149,7 @@ fn a_renewal_that_finds_the_claim_taken_stops_the_harness_at_once() {
     assert!(!la.contains("harness-finished"), "{la}");
     assert!(
         la.contains(&format!(
-            "{id}: the claim is no longer this cell's (a renewal was refused)"
+            "{id}: the claim is no longer this cell's (cell-b holds this claim, not cell-a)"
         )),
         "{la}"
     );

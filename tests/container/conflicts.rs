@@ -33,15 +33,23 @@ fn raced(details: &str, races: u32, extra: &[(&str, &str)], code: i32) -> (World
 }
 
 #[test]
-fn a_rebase_conflict_gives_the_task_back_and_the_cell_goes_on_to_close_it() {
-    let (w, id, l) = raced("ref: main", 1, &[], 0);
+fn a_rebase_conflict_gives_the_task_back_as_failed_and_another_cell_closes_it() {
+    let (mut w, id, l) = raced("ref: main", 1, &[], 0);
     assert!(
         l.contains(&format!(
             "{id}: the claim is released; pulling the next task"
         )),
         "{l}"
     );
-    assert_eq!(closed_in(&l, &id), 1, "{l}");
+    assert_eq!(
+        closed_in(&l, &id),
+        0,
+        "this cell is not offered it again: {l}"
+    );
+    // Another cell clones the fresh target and does it again.
+    let other = w.cell("cell2", "sh /harness.sh", &[]);
+    w.exits(&other, 0);
+    assert_eq!(closed_in(&logs(&other), &id), 1, "{}", logs(&other));
     assert_eq!(w.fixes_on_main(&id), 1);
 }
 

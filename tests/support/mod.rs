@@ -258,6 +258,20 @@ impl TestEnv {
     }
 
     /// `task pull` of `origin` into `<cell>/task` and `<cell>/work` under the test root.
+    /// The board's entries in `group` (`open`, `closed`, `parked`, …) over every repository.
+    pub fn board_group(&self, group: &str) -> Vec<serde_json::Value> {
+        let out = self.run(&["task", "list", "--json"]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let board: serde_json::Value =
+            serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        board["repositories"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r[group].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
+
     pub fn task_pull(&self, origin: &str, cell: &str, extra: &[&str]) -> Output {
         let t = self.path(&format!("{cell}/task")).display().to_string();
         let w = self.path(&format!("{cell}/work")).display().to_string();
@@ -380,6 +394,18 @@ impl std::fmt::Debug for Output {
 pub fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
+}
+
+/// How many processes on the machine have exactly `line` as their command line.
+pub fn running(line: &str) -> usize {
+    let out = Command::new("ps")
+        .args(["-eo", "args="])
+        .output()
+        .expect("ps lists processes");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.trim() == line)
+        .count()
 }
 
 pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {

@@ -128,13 +128,17 @@ impl Report {
 }
 
 const HARNESS: &str = r##"set -eu
-# The soak's harness: a short, varying amount of work, then the sample fix, with the cell's name
-# in the subject so the checks know who landed it.
+# The soak's harness: a short, varying amount of work, then a fix, with the cell's name in the
+# subject so the checks know who landed it.
 task_id=$(grep -o '"task_id": "[^"]*"' "$TASK_DIR/task.json" | head -n 1 | sed 's/.*: "\(.*\)"$/\1/')
 echo "$(date +%s%3N) $task_id $VESSEL_ID" >>"$SOAK_STARTS"
 sleep "$(awk -v s="$$" 'BEGIN { srand(s); printf "%.1f", 1 + rand() * 4 }')"
 cd "$WORK_DIR"
-file=$(awk '/"files": \[/ { getline; print; exit }' "$TASK_DIR/task.json" | sed 's/^[[:space:]]*"\(.*\)",\{0,1\}$/\1/')
+# A file of the task's own: every task names a.py, and fixes that all append to one file
+# conflict whenever two land together, which parks a task once two cells hit it (SPEC.md §The
+# loop). Conflicts have tests of their own; the soak is about claims, fences and lost writes.
+file="fixes/$task_id.py"
+mkdir -p fixes
 echo "# fixed for $task_id by $VESSEL_ID" >>"$file"
 git add -- "$file"
 git commit -q -m "Fix $task_id by $VESSEL_ID" -m "Fixes-Finding: $task_id"

@@ -260,7 +260,13 @@ fn classify_push(ok: bool, stdout: &str, stderr: &str) -> Pushed {
             continue;
         }
         let summary = cols.nth(1).unwrap_or("");
-        if summary.starts_with("[rejected]") {
+        // The server's ref moved between its check and its update: another push won, as with
+        // `[rejected]`; git daemon and hosted servers word it as a failed ref lock.
+        let lost_lock = summary.starts_with("[remote rejected]")
+            && (summary.contains("failed to update ref")
+                || summary.contains("cannot lock ref")
+                || stderr.contains("cannot lock ref"));
+        if summary.starts_with("[rejected]") || lost_lock {
             return Pushed::Race;
         }
         let words = remote_words();

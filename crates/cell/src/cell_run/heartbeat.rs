@@ -23,8 +23,8 @@ pub(super) fn claim_gone(outcome: &ClaimOutcome) -> String {
 }
 
 /// The heartbeat (anchor: heartbeat): renews every RENEW_EVERY; when a renewal says the claim
-/// is no longer this cell's, it says so once and stops. A renewal the ledger did not answer
-/// only logs: the claim has two more renewals' time before it lapses.
+/// is no longer this cell's, it says so once and stops. A renewal that failed only logs: the
+/// claim has two more renewals' time before it lapses.
 pub(super) async fn heartbeat(
     task_dir: PathBuf,
     minutes: i64,
@@ -50,22 +50,18 @@ pub(super) async fn heartbeat(
                 let why = claim_gone(&other);
                 log.note(
                     "renew",
-                    format!("the claim is no longer this cell's ({why}); stopping the harness"),
+                    format!("the claim is no longer this cell's; stopping the harness ({why})"),
                 );
                 let _ = lost.send(Some(why));
                 return;
             }
-            Err(e) if e.is_outage() || e.is_not_attached() => {
+            // Only the ledger's answer says the claim is gone; a renewal that failed says
+            // nothing about it, and the fence before the push asks again.
+            Err(e) => {
                 log.note(
                     "renew",
                     format!("task renew failed ({e}); the claim may lapse"),
                 );
-            }
-            Err(e) => {
-                let why = format!("the renewal failed: {e}");
-                log.note("renew", format!("{why}; stopping the harness"));
-                let _ = lost.send(Some(why));
-                return;
             }
         }
     }
