@@ -233,80 +233,76 @@ impl Cell {
         });
     }
 
-    /// A ledger call, with an outage waited out (anchor: ledger_call): pauses with backoff and
-    /// jitter up to LEDGER_WAIT in all, while the failure is one that can clear by itself.
+    /// Calls `call` until it succeeds, fails for good, or the outage has lasted `limit`:
+    /// pauses with backoff and jitter while `passing` says the failure can clear by itself.
+    /// The error that ended it comes back with how long was waited.
+    async fn wait_out<T, E, F, Fut>(
+        &self,
+        who: (&str, &str, Duration),
+        passing: impl Fn(&E) -> bool,
+        mut call: F,
+    ) -> Result<T, (E, Duration)>
+    where
+        E: std::fmt::Display,
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let (name, var, limit) = who;
+        let mut backoff = Backoff::new(limit);
+        loop {
+            let e = match call().await {
+                Err(e) if passing(&e) => e,
+                Err(e) => return Err((e, backoff.waited())),
+                Ok(v) => return Ok(v),
+            };
+            if backoff.first() {
+                let secs = limit.as_secs();
+                let line = format!("the {name} does not answer; waiting up to {secs}s ({e})");
+                self.log.note(name, line);
+            }
+            match backoff.next(random()) {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => {
+                    let (waited, secs) = (backoff.waited().as_secs(), limit.as_secs());
+                    let line = format!(
+                        "the {name} did not answer for {waited}s ({var}={secs}); giving up"
+                    );
+                    self.log.note(name, line);
+                    return Err((e, backoff.waited()));
+                }
+            }
+        }
+    }
+
+    /// A ledger call, with an outage waited out up to LEDGER_WAIT (anchor: ledger_call): only a
+    /// failure that can clear by itself is waited on.
     async fn ledger<T, F, Fut>(&self, mut call: F) -> Result<T, CellError>
     where
         F: FnMut(Env) -> Fut,
         Fut: std::future::Future<Output = Result<T, CellError>>,
     {
-        let mut backoff = Backoff::new(self.cfg.ledger_wait);
-        loop {
-            match call(self.env.clone()).await {
-                Err(e) if e.is_outage() => {
-                    if backoff.first() {
-                        self.log.note(
-                            "ledger",
-                            format!(
-                                "the ledger does not answer; waiting up to {}s ({e})",
-                                self.cfg.ledger_wait.as_secs()
-                            ),
-                        );
-                    }
-                    match backoff.next(random()) {
-                        Some(pause) => tokio::time::sleep(pause).await,
-                        None => {
-                            self.log.note(
-                                "ledger",
-                                format!(
-                                    "the ledger did not answer for {}s (LEDGER_WAIT={}); giving up",
-                                    backoff.waited().as_secs(),
-                                    self.cfg.ledger_wait.as_secs()
-                                ),
-                            );
-                            return Err(e);
-                        }
-                    }
-                }
-                other => return other,
-            }
-        }
+        let who = ("ledger", "LEDGER_WAIT", self.cfg.ledger_wait);
+        self.wait_out(who, CellError::is_outage, || call(self.env.clone()))
+            .await
+            .map_err(|(e, _)| e)
     }
 
-    /// A git step against the origin, waited out while the origin is away: a git server that
-    /// is down or restarting is the fleet's outage (anchor: origin_call).
-    async fn origin<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, String>
+    /// A git step against the origin, waited out up to ORIGIN_WAIT: a git server that is down
+    /// or restarting is the fleet's outage (anchor: origin_call).
+    async fn origin<T, F, Fut>(&self, what: &str, call: F) -> Result<T, String>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, git::GitStepError>>,
     {
-        let mut backoff = Backoff::new(self.cfg.origin_wait);
-        loop {
-            match call().await {
-                Ok(v) => return Ok(v),
-                Err(e) => {
-                    if backoff.first() {
-                        self.log.note(
-                            "origin",
-                            format!(
-                                "the origin does not answer ({e}); waiting up to {}s",
-                                self.cfg.origin_wait.as_secs()
-                            ),
-                        );
-                    }
-                    match backoff.next(random()) {
-                        Some(pause) => tokio::time::sleep(pause).await,
-                        None => {
-                            return Err(format!(
-                                "{what}: the origin did not answer for {}s (ORIGIN_WAIT={}): {e}",
-                                backoff.waited().as_secs(),
-                                self.cfg.origin_wait.as_secs()
-                            ));
-                        }
-                    }
-                }
-            }
-        }
+        let who = ("origin", "ORIGIN_WAIT", self.cfg.origin_wait);
+        self.wait_out(who, |_| true, call)
+            .await
+            .map_err(|(e, waited)| {
+                format!(
+                    "{what}: the origin did not answer for {}s: {e}",
+                    waited.as_secs()
+                )
+            })
     }
 
     async fn pull(&mut self) -> PullEnd {
