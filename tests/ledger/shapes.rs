@@ -28,7 +28,10 @@ fn concept_search_orders_pages_and_queries() {
     let made_ids: Vec<String> = made.iter().map(id).collect();
     for pair in made.windows(2) {
         assert!(pair[1]["seq"].as_i64() > pair[0]["seq"].as_i64());
-        assert!(pair[1]["created_at"].as_str() > pair[0]["created_at"].as_str());
+        // The sequence is what is strictly increasing; two rows a PostgreSQL replica writes in
+        // one millisecond share their creation time (a row that decides no holder takes no
+        // shared clock), so the time only never goes back.
+        assert!(pair[1]["created_at"].as_str() >= pair[0]["created_at"].as_str());
     }
     assert_eq!(made[0]["relevance"], 0.5);
 
