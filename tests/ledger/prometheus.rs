@@ -1,7 +1,9 @@
 //! A real Prometheus (Debian's `prometheus`) scraping a real ledger with the scrape config README
 //! shows: it parses the exposition, and its HTTP API comes to give the task gauges `task list`
-//! gives as tasks move. The Grafana dashboard (`examples/grafana/fleet.json`) queries only
-//! families a ledger exposes, and each of its queries is PromQL that Prometheus runs.
+//! gives as tasks move; an org's name and a repository's path made to break the exposition are
+//! taken as they are, and forge nothing. The Grafana dashboard (`examples/grafana/fleet.json`)
+//! queries only families a ledger exposes, and each of its queries is PromQL that Prometheus
+//! runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::metrics::{HOSTILE_ORG, HOSTILE_REPO, hostile_board};
 use crate::support::{Ledger, TestEnv, closed_port};
 
 const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/grafana/fleet.json");
@@ -80,20 +83,25 @@ impl Drop for Prometheus {
 
 impl Prometheus {
     /// Scrapes `ledger` every second as `job="metabob-ledger"`, with the key in `key_file` sent
-    /// as README's scrape config sends it; returns once Prometheus says it is ready.
-    fn start(env: &TestEnv, ledger: &Ledger, key_file: &Path) -> Prometheus {
+    /// as README's scrape config sends it, or with no key (a loopback ledger's every org);
+    /// returns once Prometheus says it is ready.
+    fn start(env: &TestEnv, ledger: &Ledger, key_file: Option<&Path>) -> Prometheus {
         let dir = env.path("prometheus");
         std::fs::create_dir_all(&dir).expect("prometheus dir");
         let target = ledger.url.trim_start_matches("http://");
         let config = dir.join("prometheus.yml");
+        let authorization = key_file.map_or(String::new(), |key| {
+            format!(
+                "    authorization: {{ type: ApiKey, credentials_file: {} }}\n",
+                key.display()
+            )
+        });
         std::fs::write(
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: metabob-ledger\n    \
-                 authorization: {{ type: ApiKey, credentials_file: {key} }}\n    \
-                 static_configs: [{{ targets: [\"{target}\"] }}]\n",
-                key = key_file.display()
+                 scrape_configs:\n  - job_name: metabob-ledger\n{authorization}    \
+                 static_configs: [{{ targets: [\"{target}\"] }}]\n"
             ),
         )
         .expect("write prometheus.yml");
@@ -309,7 +317,7 @@ fn a_real_prometheus_scrapes_task_gauges_equal_to_task_list_as_tasks_move() {
     let key_file = env.path("metabob.key");
     std::fs::write(&key_file, &key).expect("write the key file");
     let (_, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
-    let mut prom = Prometheus::start(&env, &ledger, &key_file);
+    let mut prom = Prometheus::start(&env, &ledger, Some(&key_file));
 
     // Up: Prometheus sent the key, and read and parsed a whole exposition.
     prom.wait("the ledger's target to be up", |p| {
@@ -389,6 +397,113 @@ fn a_real_prometheus_scrapes_task_gauges_equal_to_task_list_as_tasks_move() {
         ))
         .expect("the org variable's values");
     assert_eq!(orgs, json!(["default"]));
+}
+
+/// Each series of `selector` Prometheus last scraped, as the values of its `labels`.
+fn series(
+    p: &Prometheus,
+    selector: &str,
+    labels: &[&str],
+) -> Result<BTreeSet<Vec<String>>, String> {
+    Ok(p.query(selector)?
+        .iter()
+        .map(|s| {
+            labels
+                .iter()
+                .map(|l| s["metric"][l].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .collect())
+}
+
+/// An org named, and a repository path chosen, to break the exposition and forge a series
+/// (`metrics.rs@hostile_board`): Prometheus takes the scrape and holds each label value exactly
+/// as it was named, in the series the ledger meant and in no other.
+#[test]
+fn a_real_prometheus_ingests_hostile_org_and_repository_labels_as_they_are() {
+    let mut env = TestEnv::new();
+    let ledger = env.ledger("prometheus-hostile", &[]);
+    hostile_board(&mut env, &ledger);
+    // Keyless on a loopback listener: every org's gauges, the hostile org's and default's.
+    let mut prom = Prometheus::start(&env, &ledger, None);
+
+    let target = prom.wait("the ledger's first scrape", |p| {
+        let targets = p.api("targets?state=active")?;
+        let target = targets["activeTargets"][0].clone();
+        match target["health"].as_str() {
+            Some("up" | "down") => Ok(target),
+            _ => Err(format!("target: {target}")),
+        }
+    });
+    assert_eq!(
+        (&target["health"], &target["lastError"]),
+        (&json!("up"), &json!("")),
+        "Prometheus refused the exposition: {target}"
+    );
+
+    let orgs = [HOSTILE_ORG, "default"];
+    let tasks: BTreeSet<Vec<String>> = orgs
+        .iter()
+        .flat_map(|org| {
+            metabob_wire::board::GROUPS.iter().map(move |state| {
+                vec![org.to_string(), HOSTILE_REPO.to_string(), state.to_string()]
+            })
+        })
+        .collect();
+    let cells: BTreeSet<Vec<String>> = orgs
+        .iter()
+        .flat_map(|org| ["working", "idle"].map(|state| vec![org.to_string(), state.to_string()]))
+        .collect();
+    prom.wait("the task and cell gauges", |p| {
+        let got = (
+            series(
+                p,
+                "metabob_tasks{job=\"metabob-ledger\"}",
+                &["org", "repo", "state"],
+            )?,
+            series(
+                p,
+                "metabob_cells{job=\"metabob-ledger\"}",
+                &["org", "state"],
+            )?,
+        );
+        if got == (tasks.clone(), cells.clone()) {
+            Ok(())
+        } else {
+            Err(format!("Prometheus has {got:?}"))
+        }
+    });
+
+    // No series of any family holds another org or repository, or the forged value.
+    let labelled = |label: &str| {
+        series(
+            &prom,
+            &format!("{{job=\"metabob-ledger\", {label}!=\"\"}}"),
+            &[label],
+        )
+        .expect("query the label's values")
+    };
+    assert_eq!(
+        labelled("org"),
+        orgs.iter().map(|o| vec![o.to_string()]).collect(),
+        "the orgs of every series"
+    );
+    assert_eq!(
+        labelled("repo"),
+        BTreeSet::from([vec![HOSTILE_REPO.to_string()]]),
+        "the repositories of every series"
+    );
+    let forged = prom
+        .query("{job=\"metabob-ledger\"} == 999")
+        .expect("query the forged value");
+    assert!(forged.is_empty(), "forged series: {forged:?}");
+    let values = prom
+        .api(&format!(
+            "label/org/values?{}",
+            encode_pair("match[]", "metabob_cells")
+        ))
+        .expect("the org label's values");
+    assert_eq!(values, json!([HOSTILE_ORG, "default"]));
 }
 
 fn encode_pair(name: &str, value: &str) -> String {

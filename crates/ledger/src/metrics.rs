@@ -6,14 +6,18 @@
 //! readers) are counts with no org or repository in them. The task and cell gauges are per org
 //! and are read only for the orgs the scraper may see: the scraping key's own, or, keyless on a
 //! loopback listener, every org (the host's own operator, who could open the store anyway).
+//!
+//! Every label value that is text is a [`LabelText`], which escapes it: an org's name is
+//! whatever its creator typed, a repository's path whatever a write key recorded a finding
+//! under, and a route, though a pattern of the router's, goes the same way.
 
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -38,15 +42,41 @@ pub const RECENT_CELL_MS: i64 = 15 * 60_000;
 /// scrape's work, far above the orgs one ledger serves.
 pub const MAX_SCRAPED_ORGS: i64 = 100;
 
+/// A label value that is text, written escaped as the text format wants it between its quotes:
+/// `\` as `\\`, `"` as `\"` and a newline as `\n`, the three escapes OpenMetrics (and the
+/// Prometheus text format) define; every other character stands for itself. `prometheus-client`'s
+/// text encoder writes a value as it is given (its `String` impl escapes nothing), so this is the
+/// one place a value is escaped, and it is escaped once. Only the text encoder is used: the
+/// crate's protobuf one would want the value unescaped.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct LabelText(String);
+
+impl EncodeLabelValue for LabelText {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        let mut rest = self.0.as_str();
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
-    route: String,
+    route: LabelText,
     status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabel {
-    route: String,
+    route: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,14 +86,14 @@ struct OutcomeLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TaskLabels {
-    org: String,
-    repo: String,
+    org: LabelText,
+    repo: LabelText,
     state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CellLabels {
-    org: String,
+    org: LabelText,
     state: &'static str,
 }
 
@@ -141,6 +171,7 @@ impl Metrics {
     }
 
     fn count_request(&self, route: String, status: u16, seconds: f64) {
+        let route = LabelText(route);
         self.http_duration
             .get_or_create(&RouteLabel {
                 route: route.clone(),
@@ -213,8 +244,8 @@ impl Metrics {
                 ] {
                     tasks
                         .get_or_create(&TaskLabels {
-                            org: org.clone(),
-                            repo: repo.repository.clone(),
+                            org: LabelText(org.clone()),
+                            repo: LabelText(repo.repository.clone()),
                             state,
                         })
                         .set(n as i64);
@@ -232,7 +263,7 @@ impl Metrics {
             for (state, n) in [("working", working), ("idle", idle)] {
                 cells
                     .get_or_create(&CellLabels {
-                        org: org.clone(),
+                        org: LabelText(org.clone()),
                         state,
                     })
                     .set(n);
