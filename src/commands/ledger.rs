@@ -21,7 +21,8 @@ pub struct LedgerArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum LedgerCommand {
-    /// Serve the ledger over HTTP until SIGINT/SIGTERM; prints one stdout line with its address.
+    /// Serve the ledger over HTTP or HTTPS until SIGINT/SIGTERM; prints one stdout line with its
+    /// address.
     Serve(ServeArgs),
     /// Create, list and revoke API keys (works beside a running server).
     Key(KeyArgs),
@@ -74,7 +75,7 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free one (the stdout line names it)
     #[arg(long, value_name = "ADDR", default_value = metabob_ledger::DEFAULT_LISTEN)]
     pub listen: String,
-    /// URL /bootstrap advertises [default: http://<listen ip>:<bound port>, loopback for 0.0.0.0/::]
+    /// URL /bootstrap advertises [default: http(s)://<listen ip>:<bound port>, loopback for 0.0.0.0/::; https with --tls-cert]
     #[arg(long, value_name = "URL")]
     pub public_url: Option<String>,
     /// Forward SHAPE to the producer at URL (POST {pointer}); repeatable
@@ -92,6 +93,32 @@ pub struct ServeArgs {
     pub idle_timeout_ms: Option<u64>,
     #[arg(long, value_name = "N", help = metabob_ledger::READERS.flag_help())]
     pub readers: Option<u64>,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); reloaded when the file changes
+    /// or on SIGHUP. Needs --tls-key
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "METABOB_LEDGER_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1)
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "METABOB_LEDGER_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Open connections at most; past it the one idle longest is closed to make room
+    /// [default: what the open-file limit leaves]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "METABOB_LEDGER_MAX_CONNECTIONS",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000)
+    )]
+    pub max_connections: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -167,7 +194,8 @@ fn serve_help() -> String {
         "{}\n\n\
 Examples:
   metabob-mcp ledger serve                         # 127.0.0.1:18100, data in ~/.substrate/ledger
-  metabob-mcp ledger serve --listen 0.0.0.0:18100 --public-url http://ledger.lan:18100
+  metabob-mcp ledger serve --listen 0.0.0.0:18100 --tls-cert ledger.pem --tls-key ledger.key \\
+      --public-url https://ledger.lan:18100       # across hosts: keys never cross in clear
   metabob-mcp ledger serve --listen 127.0.0.1:0 --data ./ledger --readers 8
   metabob-mcp ledger serve --store postgres://ledger@db.lan/ledger   # one of several replicas",
         metabob_ledger::limits_help()
@@ -233,6 +261,11 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                     done.from.display(),
                     done.to.display(),
                     done.bytes
+                tls: a
+                    .tls_cert
+                    .zip(a.tls_key)
+                    .map(|(cert, key)| metabob_ledger::TlsFiles { cert, key }),
+                max_connections: a.max_connections.map(|n| n as usize),
                 );
             }
         }

@@ -3,12 +3,14 @@
 //! that keep one request from stalling the rest.
 
 mod access;
+mod connections;
 mod durability;
 mod limits;
 mod metrics;
 mod prometheus;
 mod shapes;
 
+mod tls;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

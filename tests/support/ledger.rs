@@ -19,6 +19,8 @@ pub struct Ledger {
     args: Vec<String>,
     vars: Vec<(String, String)>,
     cwd: PathBuf,
+    /// A program and arguments the binary runs under (`sh -c 'ulimit …; exec "$@"'`).
+    wrap: Vec<String>,
 }
 
 impl Ledger {
@@ -28,9 +30,22 @@ impl Ledger {
         store: Option<String>,
         extra: &[&str],
     ) -> Ledger {
+        Ledger::start_wrapped(env, data, store, &[], extra)
+    }
+
+    /// As `start`, the binary run by `wrap` (a program and its arguments, which `exec "$@"`).
+    pub(super) fn start_wrapped(
+        env: &TestEnv,
+        data: PathBuf,
+        store: Option<String>,
+        wrap: &[&str],
+        extra: &[&str],
+    ) -> Ledger {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let wrap: Vec<String> = wrap.iter().map(|s| s.to_string()).collect();
         let flags = store_args(&data, store.as_deref());
-        let (child, url) = spawn_ledger(&env.vars, &env.cwd(), &flags, "127.0.0.1:0", &args);
+        let (child, url) =
+            spawn_ledger(&env.vars, &env.cwd(), &wrap, &flags, "127.0.0.1:0", &args);
         Ledger {
             child,
             url,
@@ -39,6 +54,7 @@ impl Ledger {
             args,
             vars: env.vars.clone(),
             cwd: env.cwd(),
+            wrap,
         }
     }
 
@@ -109,7 +125,8 @@ impl Ledger {
     /// `url` is then the address it printed.
     pub fn restart_on(&mut self, listen: &str) {
         let flags = self.store_args();
-        let (child, url) = spawn_ledger(&self.vars, &self.cwd, &flags, listen, &self.args);
+        let (child, url) =
+            spawn_ledger(&self.vars, &self.cwd, &self.wrap, &flags, listen, &self.args);
         self.child = child;
         self.url = url;
     }
@@ -184,11 +201,20 @@ fn store_args(data: &Path, store: Option<&str>) -> [String; 2] {
 fn spawn_ledger(
     vars: &[(String, String)],
     cwd: &Path,
+    wrap: &[String],
     store: &[String],
     listen: &str,
     extra: &[String],
 ) -> (Child, String) {
-    let mut child = hermetic(vars, cwd)
+    let mut command = match wrap.split_first() {
+        Some((program, args)) => {
+            let mut c = super::hermetic_program(program.as_ref(), vars, cwd);
+            c.args(args).arg(super::bin());
+            c
+        }
+        None => hermetic(vars, cwd),
+    };
+    let mut child = command
         .args(["ledger", "serve"])
         .args(store)
         .args(["--listen", listen])
@@ -212,7 +238,7 @@ fn spawn_ledger(
         .expect("ledger printed its address");
     let url = line
         .split_whitespace()
-        .find(|w| w.starts_with("http://"))
+        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
         .unwrap_or_else(|| panic!("no URL in ledger's first line: {line}"))
         .to_string();
     (child, url)

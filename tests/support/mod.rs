@@ -20,7 +20,7 @@ pub use git::{git_daemon, git_daemon_on};
 pub use ledger::Ledger;
 pub use normalize::{layout, normalize, seen, snapshot, verbatim};
 pub use servers::{Producer, static_http_server, tinyproxy};
-pub use tls::{CA_CN, Pki, s_server};
+pub use tls::{CA_CN, Pki, Relay, TlsConn, s_server, tls_proxy};
 
 /// The binary under test, as assert_cmd's `cargo_bin` finds it: the one way these tests name
 /// it. Runs to completion go through [`TestEnv::run`] and long-running processes through
@@ -342,6 +342,21 @@ impl TestEnv {
         }
         let data = self.root.path().join(format!("ledger-{name}"));
         Ledger::start(self, data, None, extra)
+    }
+
+    /// Starts `ledger serve` as `ledger` does, run under `wrap` (a program and its arguments
+    /// ending in `exec "$@"`, given the binary and its arguments).
+    pub fn ledger_wrapped(&self, name: &str, wrap: &[&str], extra: &[&str]) -> Ledger {
+        let data = self.root.path().join(format!("ledger-{name}"));
+        let store = on_postgres().then(|| {
+            self.databases
+                .lock()
+                .unwrap()
+                .entry(name.to_string())
+                .or_insert_with(pg::fresh_database)
+                .clone()
+        });
+        Ledger::start_wrapped(self, data, store, wrap, extra)
     }
 
     /// Starts `ledger serve` on SQLite in `data`, wherever that is (a small disk, say), whatever

@@ -38,6 +38,8 @@ pub enum LedgerError {
     Store { at: String, detail: String },
     #[error("ledger store: {0}")]
     Api(#[from] ApiError),
+    #[error("{0}")]
+    Tls(#[from] metabob_net::serve::TlsFileError),
 }
 
 /// Which search bound a `query` went over (SPEC.md §The embedded ledger).

@@ -199,6 +199,40 @@ pub struct ServeOptions {
     pub take: bool,
     /// The limits named on the command line.
     pub limits: LimitFlags,
+    /// `--tls-cert` and `--tls-key`: HTTPS with these PEM files.
+    pub tls: Option<TlsFiles>,
+    /// `--max-connections`; else drawn from the open-file limit.
+    pub max_connections: Option<usize>,
+}
+
+/// The certificate chain and private key a ledger serves HTTPS with, as PEM files.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Descriptors each read connection may hold on SQLite (the file, its WAL and shared memory),
+/// besides the writer's; PostgreSQL's is one socket.
+const FDS_PER_READER: u64 = 3;
+
+/// The connection cap: the one asked for, else what the open-file limit (raised to its hard
+/// bound first) leaves once the store and the process have theirs.
+fn connection_cap(asked: Option<usize>, readers: usize) -> usize {
+    let fds = metabob_net::serve::raise_fd_limit();
+    let reserve = metabob_net::serve::RESERVED_FDS + FDS_PER_READER * (readers as u64 + 1);
+    let fits = metabob_net::serve::default_cap(fds, reserve);
+    match asked {
+        Some(n) if n > fits => {
+            tracing::warn!(
+                "--max-connections {n} is more than the open-file limit {fds} leaves room for \
+                 ({fits}); connections past that fail with too many open files"
+            );
+            n
+        }
+        Some(n) => n,
+        None => fits,
+    }
 }
 
 /// `~/.substrate/ledger`, the data directory when `--data` is not given.
@@ -241,13 +275,13 @@ pub fn parse_producers(specs: &[String]) -> Result<BTreeMap<String, String>, Led
 }
 
 /// What `/bootstrap` advertises by default: the bound address, dialable from this host.
-fn default_public_url(bound: SocketAddr) -> String {
+fn default_public_url(scheme: &str, bound: SocketAddr) -> String {
     let ip = match bound.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
         ip => ip,
     };
-    format!("http://{}", SocketAddr::new(ip, bound.port()))
+    format!("{scheme}://{}", SocketAddr::new(ip, bound.port()))
 }
 
 // anchor: serve
@@ -264,10 +298,22 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         addr: opts.listen.clone(),
         source,
     })?;
+    let tls = match &opts.tls {
+        Some(files) => Some(metabob_net::serve::ServerTls::load(&files.cert, &files.key)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    if tls.is_none() && !bound.ip().is_loopback() {
+        tracing::warn!(
+            "serving plain HTTP on {bound}, beyond loopback: API keys cross the network in \
+             clear; serve HTTPS with --tls-cert FILE --tls-key FILE"
+        );
+    }
     let public_url = match &opts.public_url {
         Some(url) => url.trim_end_matches('/').to_string(),
-        None => default_public_url(bound),
+        None => default_public_url(scheme, bound),
     };
+    let max_connections = connection_cap(opts.max_connections, limits.readers);
 
     let at = opts.store.clone();
     let db = tokio::task::spawn_blocking(move || Db::open(&at, limits.readers))
@@ -297,11 +343,17 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
     // The one stdout line: scripts and tests read the bound address (so --listen :0 works) from it.
     {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "metabob-ledger listening on http://{bound}");
+        let _ = writeln!(out, "metabob-ledger listening on {scheme}://{bound}");
         let _ = out.flush();
     }
-    tracing::info!(store = %ledger.db.shown(), ?limits, "ledger serving");
-    let idle_timeout = ledger.idle_timeout;
+    tracing::info!(store = %ledger.db.shown(), ?limits, max_connections, "ledger serving");
+    let config = metabob_net::serve::ServeConfig {
+        idle_timeout: ledger.idle_timeout,
+        drain: Duration::from_millis(limits.drain_ms),
+        max_connections,
+        tls: tls.clone(),
+    };
+    let reloads = tls.map(|tls| tokio::spawn(tls.watch(std::future::pending())));
     // Boxed, so this deep future (hyper's connection over axum's router) is not laid out inside
     // every caller's: a build that spawned the whole command future overflowed rustc's query
     // depth limit with it inline.
@@ -313,6 +365,9 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         shutdown_signal(),
         Duration::from_millis(limits.drain_ms),
     ))
+    if let Some(reloads) = reloads {
+        reloads.abort();
+    }
     .await;
     // Every request has been answered (or the drain ran out): the store's connections close off
     // the async runtime, since the synchronous PostgreSQL client runs a runtime of its own when

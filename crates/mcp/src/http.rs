@@ -138,9 +138,8 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
     Box::pin(metabob_net::serve::serve_connections(
         listener,
         router,
-        IDLE_TIMEOUT,
+        metabob_net::serve::ServeConfig::plain(IDLE_TIMEOUT, metabob_net::serve::DRAIN),
         shutdown,
-        metabob_net::serve::DRAIN,
     ))
     .await;
 }

@@ -198,9 +198,8 @@ pub async fn serve(
     Box::pin(metabob_net::serve::serve_connections(
         listener,
         router(resolver),
-        IDLE_TIMEOUT,
+        metabob_net::serve::ServeConfig::plain(IDLE_TIMEOUT, metabob_net::serve::DRAIN),
         shutdown,
-        metabob_net::serve::DRAIN,
     ))
     .await;
 }

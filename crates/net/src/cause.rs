@@ -109,7 +109,7 @@ impl fmt::Display for NetCause {
             ),
             NetCause::TlsIntercepted(issuer) => write!(
                 f,
-                "{t}({issuer}): the certificate chain is signed by an issuer this process does not trust; if that is your organisation's inspection CA, name its PEM file in NODE_EXTRA_CA_CERTS"
+                "{t}({issuer}): the certificate chain is signed by an issuer this process does not trust; if that is your organisation's inspection CA, name its PEM file in METABOB_EXTRA_CA_CERTS"
             ),
             NetCause::TlsNameMismatch(host) => write!(
                 f,

@@ -25,7 +25,7 @@ pub struct TlsInfo {
     pub issuer: Option<String>,
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -44,7 +44,11 @@ fn system_roots() -> &'static [CertificateDer<'static>] {
 }
 
 // anchor: trusted-cas
-/// Bundled roots, the OS store unless METABOB_NO_SYSTEM_CA=1, and NODE_EXTRA_CA_CERTS.
+/// The variables naming extra PEM roots: the project's own, and the seed's (Node's) name.
+pub const EXTRA_CA_VARS: [&str; 2] = ["METABOB_EXTRA_CA_CERTS", "NODE_EXTRA_CA_CERTS"];
+
+/// Bundled roots, the OS store unless METABOB_NO_SYSTEM_CA=1, and the certificates in the
+/// files [`EXTRA_CA_VARS`] name (both, when both are set).
 pub(crate) fn root_store(env: &Env) -> RootCertStore {
     let mut roots = RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
@@ -53,18 +57,19 @@ pub(crate) fn root_store(env: &Env) -> RootCertStore {
         let (added, ignored) = roots.add_parsable_certificates(system_roots().iter().cloned());
         tracing::debug!("OS trust store: {added} roots added, {ignored} unusable");
     }
-    if let Some(path) = env.get("NODE_EXTRA_CA_CERTS") {
+    for var in EXTRA_CA_VARS {
+        let Some(path) = env.get(var) else { continue };
         match CertificateDer::pem_file_iter(path) {
             Ok(iter) => {
                 let certs: Vec<_> = iter.filter_map(Result::ok).collect();
                 let (added, _) = roots.add_parsable_certificates(certs);
                 if added == 0 {
-                    tracing::warn!("NODE_EXTRA_CA_CERTS={path}: no usable certificate in the file");
+                    tracing::warn!("{var}={path}: no usable certificate in the file");
                 }
             }
-            Err(e) => tracing::warn!(
-                "NODE_EXTRA_CA_CERTS={path} cannot be read ({e}); continuing without it"
-            ),
+            Err(e) => {
+                tracing::warn!("{var}={path} cannot be read ({e}); continuing without it")
+            }
         }
     }
     roots
@@ -389,6 +394,10 @@ mod tests {
                 (
                     "NODE_EXTRA_CA_CERTS".to_string(),
                     "/nonexistent/ca.pem".to_string(),
+                ),
+                (
+                    "METABOB_EXTRA_CA_CERTS".to_string(),
+                    "/nonexistent/other.pem".to_string(),
                 ),
                 ("METABOB_NO_SYSTEM_CA".to_string(), "1".to_string()),
             ],

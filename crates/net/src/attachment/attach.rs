@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::state::*;
 use crate::config::{AnchorSource, Config};
+use crate::url::Scheme;
 use crate::{NetCause, NetClient, NetError, Request, Response, Retry, Url};
 use metabob_wire::util::{now_ms, rfc3339_ms};
 
@@ -88,6 +89,7 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
 
     // 1. Bootstrap, when there is an anchor. An explicit identity alone can still attach.
     let mut advertised = None;
+    let mut reached_self = None;
     if let Some(discovery) = &config.discovery {
         let url = parse_endpoint(discovery).map_err(|n| anchor_err(discovery, n))?;
         state.network.anchor_route = net.route_for(&url).ok().map(|r| r.to_string());
@@ -97,7 +99,11 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
         match net.send(req).await {
             Ok(resp) => {
                 record_tls(state, &resp);
-                advertised = read_bootstrap(discovery, &resp, state)?;
+                let answer = read_bootstrap(discovery, &resp, state)?;
+                reached_self = answer
+                    .as_ref()
+                    .and_then(|a| as_reached(&a.identity, a.discovery.as_deref(), &url));
+                advertised = answer.map(|a| a.identity);
             }
             Err(e) => {
                 record_tls_err(state, &e);
@@ -122,7 +128,16 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
     let identity = if let Some(explicit) = &config.identity_endpoint {
         state.identity.source = IdentitySource::Explicit;
         explicit.clone()
+    } else if let Some(reached) = reached_self {
+        state.identity.source = IdentitySource::Reached;
+        reached
     } else if let Some(adv) = advertised.clone() {
+        if let Some(discovery) = config.discovery.as_deref().filter(|d| weaker(&adv, d)) {
+            return Err(Cause::IdentityInsecure {
+                discovery: discovery.to_string(),
+                advertised: adv,
+            });
+        }
         choose_advertised(config, net, state, &adv).await?
     } else {
         return Err(Cause::IdentityUnreachable {
@@ -197,23 +212,34 @@ fn record_tls_err(state: &mut AttachmentState, e: &NetError) {
     }
 }
 
+/// What `/bootstrap` advertised: identity, and the address discovery gives for itself.
+struct Advertised {
+    identity: String,
+    discovery: Option<String>,
+}
+
 /// Reads `/bootstrap`'s answer: the advertised identity endpoint, or why this is no substrate.
 fn read_bootstrap(
     discovery: &str,
     resp: &Response,
     state: &mut AttachmentState,
-) -> Result<Option<String>, Cause> {
+) -> Result<Option<Advertised>, Cause> {
     let json = resp.json().filter(|_| !resp.is_html());
     match (resp.status, json) {
         (200..=299, Some(v)) if v.is_object() => {
             state.bootstrap.status = BootstrapStatus::Ok;
-            let adv = v
-                .get("identity_endpoint")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned);
+            let field = |name: &str| {
+                v.get(name)
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            };
+            let adv = field("identity_endpoint");
             state.bootstrap.identity_endpoint = adv.clone();
-            Ok(adv)
+            Ok(adv.map(|identity| Advertised {
+                identity,
+                discovery: field("discovery_endpoint"),
+            }))
         }
         (status, None) if (400..500).contains(&status) && resp.route.via.is_some() => {
             let proxy = resp.route.via.clone().unwrap_or_default();
@@ -296,6 +322,35 @@ async fn choose_advertised(
         tried: state.identity.tried.clone(),
         net: dial_err,
     })
+}
+
+// anchor: as-reached
+/// When `/bootstrap` advertises identity on discovery's own origin (the embedded ledger serves
+/// both), the address discovery was reached at, with identity's path: the advertised one names
+/// the server as it sees itself, which behind a port map, a proxy or a container network is
+/// not how this client reaches it.
+pub fn as_reached(identity: &str, discovery_self: Option<&str>, reached: &Url) -> Option<String> {
+    let identity = Url::parse(identity).ok()?;
+    let own = Url::parse(discovery_self?).ok()?;
+    if identity.origin() != own.origin() {
+        return None;
+    }
+    // Identity at discovery's own path is wherever discovery was reached, path prefix and all.
+    let path = if identity.path.trim_end_matches('/') == own.path.trim_end_matches('/') {
+        &reached.path
+    } else {
+        &identity.path
+    };
+    Some(format!("{}{}", reached.origin(), path.trim_end_matches('/')))
+}
+
+// anchor: weaker-scheme
+/// Whether `identity` would carry the key in clear where discovery was reached over TLS.
+fn weaker(identity: &str, discovery: &str) -> bool {
+    let (Ok(identity), Ok(discovery)) = (Url::parse(identity), Url::parse(discovery)) else {
+        return false;
+    };
+    discovery.scheme == Scheme::Https && identity.scheme != Scheme::Https
 }
 
 /// The same port on discovery's host at discovery's published-port offset, for an advertised

@@ -40,6 +40,12 @@ pub enum Cause {
         identity: String,
         status: u16,
     },
+    /// `/bootstrap` reached over https advertised an identity over plain http, where the key
+    /// would cross in clear: it is never dialled.
+    IdentityInsecure {
+        discovery: String,
+        advertised: String,
+    },
 }
 
 impl Cause {
@@ -51,6 +57,7 @@ impl Cause {
             Cause::ProxyRefused { .. } => "proxy_refused",
             Cause::IdentityUnreachable { .. } => "identity_unreachable",
             Cause::KeyRejected { .. } => "key_rejected",
+            Cause::IdentityInsecure { .. } => "identity_insecure",
         }
     }
 
@@ -143,6 +150,16 @@ impl fmt::Display for Cause {
                  {status}). Use a key \
                  of this substrate (`metabob-mcp ledger key create` on a local ledger)"
             ),
+            Cause::IdentityInsecure {
+                discovery,
+                advertised,
+            } => write!(
+                f,
+                "identity_insecure: discovery {discovery} was reached over https but advertises \
+                 identity {advertised} over plain http, so the API key was not sent there; set \
+                 IDENTITY_ENDPOINT to identity's https address, or give the ledger an https \
+                 --public-url"
+            ),
         }
     }
 }
@@ -175,6 +192,8 @@ pub struct Bootstrap {
 #[serde(rename_all = "kebab-case")]
 pub enum IdentitySource {
     Explicit,
+    /// The ledger advertised itself; used at the address discovery was reached at.
+    Reached,
     Bootstrap,
     RehostedH1,
     None,
