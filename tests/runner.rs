@@ -31,6 +31,7 @@ mod quickstart;
 mod readme;
 mod recipes;
 mod refs;
+mod repo_paths;
 mod soak;
 mod spec;
 mod support;

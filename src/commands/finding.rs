@@ -89,7 +89,7 @@ Examples:
   metabob-mcp finding record --origin https://git.lan/app.git --category task --severity MEDIUM \\
       --file src/parse.py --summary \"keep the last token\" --details \"ref: main\"")]
 pub struct RecordArgs {
-    /// A file the finding is about (repeat for several).
+    /// A file the finding is about, relative to the repository root (repeat for several).
     #[arg(long = "file", required = true, value_name = "PATH")]
     pub files: Vec<String>,
     /// One-line description.

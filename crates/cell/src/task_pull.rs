@@ -19,6 +19,7 @@ use metabob_net::attachment::{Attachment, ResolveError, vessel_id};
 use metabob_wire::env::Env;
 use metabob_wire::finding::Finding;
 use metabob_wire::header::Header;
+use metabob_wire::repo_path::{NotRepoPath, partition_repo_paths};
 use metabob_wire::row::{BadRow, RowMeta, read_rows};
 use metabob_wire::util::{now_ms, rfc3339_ms};
 
@@ -261,6 +262,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         repository: &repository,
     };
     if let Some((r, held)) = claimer.next().await? {
+        let (r, refused) = repository_paths(r);
         // A briefing without its related findings is still a task to do: the read's failure is
         // written into context.md, never as zero findings.
         let related = match &view {
@@ -271,7 +273,10 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         };
         // One task a pull: a task that fails ends the pull with its own status, so the
         // entrypoint sees every failure and can tell a poison queue from a broken cell.
-        let failed = match pull.set_up(&r, &held, &conventions, &related).await? {
+        let failed = match pull
+            .set_up(&r, &held, &conventions, &related, &refused)
+            .await?
+        {
             SetUp::Done(task) => {
                 let mut report = claimer.report(truncated);
                 report.status = PullStatus::Pulled;
@@ -296,6 +301,43 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
         return Ok(report);
     }
     Ok(claimer.report(truncated))
+}
+
+/// The task with only the files that are repository paths (anchor: task-files), and the
+/// refusals of the others: a row written before the rule, or by a hostile key straight into the
+/// store, may name `../../etc/passwd`, which must never reach task.json. Each refused path is
+/// named in one warning; the rest of the task is kept.
+fn repository_paths(mut r: Recalled) -> (Recalled, Vec<NotRepoPath>) {
+    let (kept, refused) = partition_repo_paths(&r.files);
+    if !refused.is_empty() {
+        tracing::warn!(
+            "task {}: skipped {} file(s) that are not repository paths: {}; kept {}",
+            r.finding.id(),
+            refused.len(),
+            refused_list(&refused),
+            if kept.is_empty() {
+                "none".to_string()
+            } else {
+                kept.join(", ")
+            }
+        );
+    }
+    r.files = kept;
+    (r, refused)
+}
+
+/// `"/etc/passwd" (it is absolute), …`: the first five, the rest counted.
+pub(crate) fn refused_list(refused: &[NotRepoPath]) -> String {
+    const NAMED: usize = 5;
+    let mut named: Vec<String> = refused
+        .iter()
+        .take(NAMED)
+        .map(|e| format!("{} ({})", e.shown(), e.rule))
+        .collect();
+    if refused.len() > NAMED {
+        named.push(format!("and {} more", refused.len() - NAMED));
+    }
+    named.join(", ")
 }
 
 /// The claim step of a pull (anchor: Claimer): takes the candidates of a classified recall in

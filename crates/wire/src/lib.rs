@@ -26,6 +26,7 @@ pub mod record;
 pub mod refname;
 pub mod related;
 pub mod repo_identity;
+pub mod repo_path;
 pub mod row;
 pub mod shapes;
 pub mod stored;

@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::finding::{FindingStatus, NewFinding, Severity, lines_field, new_finding_id};
+use super::repo_path::{NotRepoPath, check_repo_path};
 
 /// A finding as a caller asks to record it, before the ledger's rules apply (anchor:
 /// FindingDraft). `finding record` and `record_finding` both build one.
@@ -18,17 +19,31 @@ pub struct FindingDraft {
     pub status: FindingStatus,
 }
 
+/// Why a draft is refused before anything is asked of the ledger.
 #[derive(Debug, thiserror::Error)]
-#[error("a finding needs at least one file, a summary and a category")]
-pub struct Incomplete;
+pub enum DraftRefused {
+    #[error("a finding needs at least one file, a summary and a category")]
+    Incomplete,
+    /// A file that is not a repository path (SPEC.md §Recording).
+    #[error(transparent)]
+    File(#[from] NotRepoPath),
+}
 
 impl FindingDraft {
-    /// The draft trimmed, or refused when it names no file, no summary or no category.
-    pub fn checked(mut self) -> Result<FindingDraft, Incomplete> {
+    /// The draft trimmed, or refused when it names no file, no summary or no category, or a
+    /// file that is not a repository path ([`check_repo_path`]).
+    pub fn checked(mut self) -> Result<FindingDraft, DraftRefused> {
         self.summary = self.summary.trim().to_string();
         self.category = self.category.trim().to_string();
+        // Trimmed as the header line keeps it, so the rule sees the name every reader reads.
+        for f in &mut self.files {
+            *f = f.trim().to_string();
+        }
         if self.files.is_empty() || self.summary.is_empty() || self.category.is_empty() {
-            return Err(Incomplete);
+            return Err(DraftRefused::Incomplete);
+        }
+        for f in &self.files {
+            check_repo_path(f)?;
         }
         Ok(self)
     }
@@ -101,6 +116,43 @@ pub fn same_summary(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn draft(files: &[&str]) -> FindingDraft {
+        FindingDraft {
+            files: files.iter().map(|f| f.to_string()).collect(),
+            summary: " s ".into(),
+            details: String::new(),
+            severity: Severity::Low,
+            category: "task".into(),
+            line_start: None,
+            line_end: None,
+            status: FindingStatus::Open,
+        }
+    }
+
+    #[test]
+    fn a_draft_names_only_repository_paths() {
+        let d = draft(&[" a.py ", "src/b.py"]).checked().unwrap();
+        assert_eq!(d.files, ["a.py", "src/b.py"]);
+        assert_eq!(d.summary, "s");
+        for bad in ["/etc/passwd", "../../etc/passwd", "a//b", "a\0b", " ./a.py"] {
+            match draft(&["a.py", &bad]).checked() {
+                Err(DraftRefused::File(e)) => assert_eq!(e.path, bad.trim()),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        // No file at all is an incomplete draft; a blank one is no repository path.
+        assert!(matches!(
+            draft(&[]).checked(),
+            Err(DraftRefused::Incomplete)
+        ));
+        let e = draft(&["  "]).checked().unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("file \"\" is not a repository path: it is empty;"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn summaries_match_when_normalized_or_close() {

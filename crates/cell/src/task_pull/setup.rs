@@ -18,6 +18,7 @@ use metabob_wire::finding::Finding;
 use metabob_wire::guard::redact_url_credentials;
 use metabob_wire::header::find_line;
 use metabob_wire::refname::validate_ref;
+use metabob_wire::repo_path::NotRepoPath;
 use metabob_wire::util::{now_ms, rfc3339_ms, write_atomic};
 
 /// One pull's set-up step: what it reads besides the task.
@@ -33,8 +34,8 @@ pub(super) struct Pull<'a> {
 /// What setting up a held task came to.
 pub(super) enum SetUp {
     Done(Box<TaskFile>),
-    /// Its ref is refused, or the origin has no such ref or lacks its target: the task is
-    /// parked.
+    /// Its ref is refused, none of its files is a repository path, or the origin has no such
+    /// ref or lacks its target: the task is parked.
     Parked(TaskFailure),
     /// The origin could not be reached: the claim was withdrawn, nothing is held against the
     /// task, and the pull says try later.
@@ -61,10 +62,19 @@ impl Pull<'_> {
         held: &Held,
         conventions: &[Convention],
         related: &Result<Related, String>,
+        refused: &[NotRepoPath],
     ) -> Result<SetUp, CellError> {
         let f = &r.finding;
         // Past the claim: every failure withdraws it, so one bad task never blocks the fleet
-        // for the claim's length.
+        // for the claim's length. A task none of whose files is a repository path names no
+        // work a harness may do: its own cause, as certain as a refused ref.
+        if r.files.is_empty() && !refused.is_empty() {
+            let why = format!(
+                "no file of the task is a repository path: {}",
+                super::refused_list(refused)
+            );
+            return Ok(self.park(f, why).await);
+        }
         let trust = TrustList::new(
             self.opts.trust.as_deref(),
             self.env,

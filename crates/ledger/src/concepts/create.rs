@@ -7,7 +7,9 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::sql::{Sql, args};
+use metabob_wire::finding::FINDING_SHAPE;
 use metabob_wire::header::Header;
+use metabob_wire::repo_path::check_repo_path;
 use metabob_wire::row::{MAX_IDS_PER_ROW, RowTexts};
 use metabob_wire::util::random_hex;
 use metabob_wire::verdict::VERDICT_SHAPE;
@@ -32,8 +34,12 @@ impl CreateConcept {
             Some(m) => serde_json::to_string(m).unwrap_or_default(),
             None => json!({ "type": shape }).to_string(),
         };
+        let content = d.req_str("content")?;
+        if shape == FINDING_SHAPE {
+            check_finding_files(content)?;
+        }
         Ok(CreateConcept {
-            content: d.req_str("content")?.to_string(),
+            content: content.to_string(),
             source_type: d.req_str("source_type")?.to_string(),
             summary: d.opt_str("summary")?.unwrap_or("").to_string(),
             pointer,
@@ -133,4 +139,15 @@ impl CreateConcept {
         crate::open_tasks::on_insert(conn, org, &concept)?;
         Ok(concept)
     }
+}
+
+/// A finding names only repository paths (SPEC.md §Recording): each name of its header's
+/// `files:` line, read as every reader reads it, passes the wire's one rule, else 400 naming the
+/// path and the rule (anchor: finding-files).
+fn check_finding_files(content: &str) -> Result<(), ApiError> {
+    for file in Header::parse(content).list("files") {
+        check_repo_path(&file)
+            .map_err(|e| ApiError::bad(format!("conceptData.content: files: {e}")))?;
+    }
+    Ok(())
 }
