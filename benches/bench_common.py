@@ -8,16 +8,17 @@ class Ledger:
     """A fresh `ledger serve` on a loopback port in its own temp HOME; the admin key its first
     start wrote is `key`. A context manager: the process is killed on leaving."""
 
-    def __init__(self, bin_, prefix):
+    def __init__(self, bin_, prefix, extra=(), env=None):
         self.home = tempfile.mkdtemp(prefix=prefix)
-        self.env = {"PATH": os.environ["PATH"], "HOME": self.home, "RUST_LOG": "error"}
+        self.env = {"PATH": os.environ["PATH"], "HOME": self.home, "RUST_LOG": "error",
+                    **(env or {})}
         self.data = os.path.join(self.home, "ledger")
         self.proc = subprocess.Popen(
-            [bin_, "ledger", "serve", "--data", self.data, "--listen", "127.0.0.1:0"],
+            [bin_, "ledger", "serve", "--data", self.data, "--listen", "127.0.0.1:0", *extra],
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
-            url = self.proc.stdout.readline().split()[-1]
-            self.host, self.port = url.removeprefix("http://").split(":")
+            self.url = self.proc.stdout.readline().split()[-1]
+            self.host, self.port = self.url.split("://")[1].split(":")
             with open(os.path.join(self.home, ".substrate", "config.json")) as f:
                 self.key = json.load(f)["metabob"]["apiKey"]
         except BaseException:
@@ -50,8 +51,11 @@ def row(name, xs, places=2):
 class Client:
     """One keep-alive connection to the ledger with one key."""
 
-    def __init__(self, host, port, key, timeout=120):
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    def __init__(self, host, port, key, timeout=120, tls=None):
+        if tls is None:
+            self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        else:
+            self.conn = http.client.HTTPSConnection(host, int(port), timeout=timeout, context=tls)
         self.headers = {"authorization": f"ApiKey {key}", "content-type": "application/json"}
 
     def resolve(self, pointer):

@@ -30,6 +30,9 @@
 #   FLEET_STATE    where the fleet's key is kept between steps (default target/fleet; under swarm
 #                  target/fleet-swarm, which also holds the image context and the repositories);
 #                  give each fleet on one host its own, with its own FLEET_PROJECT
+#   FLEET_TLS      1 (default): the compose fleet's ledger serves HTTPS with a certificate made
+#                  for it under FLEET_STATE/tls by a fresh CA (openssl), which the cells trust
+#                  (examples/fleet/compose.tls.yaml); 0: plain HTTP on the fleet's network
 #   FLEET_WAIT     seconds `up` waits for the ledger to be healthy (default 120); under swarm
 #                  also for the N cells to run, and `down` for the stack to be gone
 #   CELL_IMAGE, LEDGER_IMAGE  under swarm, the images' names (default metabob-cell:latest and
@@ -72,10 +75,42 @@ elif command -v docker-compose >/dev/null; then
 else
     compose_cmd=()
 fi
+tls=${FLEET_TLS:-1}
+case $tls in
+0 | 1) ;;
+*) die "FLEET_TLS is '$tls'; set it to 1 (HTTPS, the default) or 0 (plain HTTP)" ;;
+esac
+compose_files=(-f "$dir/compose.yaml")
+if [ "$engine" = compose ] && [ "$tls" = 1 ]; then
+    compose_files+=(-f "$dir/compose.tls.yaml")
+    export FLEET_TLS_DIR=$state/tls
+fi
 compose() {
     [ ${#compose_cmd[@]} -gt 0 ] \
         || die "neither \`docker compose\` nor docker-compose is installed (install Docker's compose plugin, or Debian's docker-compose)"
-    "${compose_cmd[@]}" -p "$project" -f "$dir/compose.yaml" "$@"
+    "${compose_cmd[@]}" -p "$project" "${compose_files[@]}" "$@"
+}
+
+# A CA of this fleet's own and the ledger's certificate from it, for the names the cells
+# (ledger) and the host (127.0.0.1, the published port) reach it by. The state directory is
+# this user's alone; the files in tls/ are readable so the containers' users can read them.
+make_tls() {
+    local d=$state/tls
+    command -v openssl >/dev/null \
+        || die "FLEET_TLS=1 makes the ledger's certificate with openssl, which is not installed; install it, or set FLEET_TLS=0"
+    rm -rf "$d"
+    mkdir -p "$d"
+    chmod 755 "$d"
+    local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    openssl req -x509 "${ec[@]}" -keyout "$d/ca.key" -out "$d/ca.pem" -days 825 \
+        -subj "/O=metabob fleet/CN=metabob fleet CA ($project)" 2>/dev/null
+    openssl req -new "${ec[@]}" -keyout "$d/ledger.key" -out "$d/ledger.csr" \
+        -subj "/CN=ledger" 2>/dev/null
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:ledger,DNS:localhost,IP:127.0.0.1\n' >"$d/ledger.ext"
+    openssl x509 -req -in "$d/ledger.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+        -out "$d/ledger.pem" -days 825 -extfile "$d/ledger.ext" 2>/dev/null
+    rm -f "$d/ca.key" "$d/ca.srl" "$d/ledger.csr" "$d/ledger.ext"
+    chmod 644 "$d/ca.pem" "$d/ledger.pem" "$d/ledger.key"
 }
 
 key() {
@@ -156,6 +191,8 @@ up() {
     local bin
     release_binary
     mkdir -p "$dir/context" "$state"
+    chmod 700 "$state"
+    [ "$tls" = 1 ] && make_tls
     cp "$bin" "$dir/context/metabob-mcp"
     cp "$repo/entrypoint/cell-entrypoint" "$dir/context/cell-entrypoint"
     serve_repository "$origin"
@@ -172,6 +209,9 @@ up() {
     [ -s "$state/key" ] || die "creating the cells' key failed; see: ${compose_cmd[*]} -p $project logs ledger"
     METABOB_API_KEY=$(key) ON_EMPTY=wait ORIGIN=$origin_url compose up -d --scale cell="$n" cell >&2
     log "$n cells are up on $origin_url; record tasks with: scripts/fleet.sh record --summary TEXT --file PATH"
+    if [ "$tls" = 1 ]; then
+        log "the ledger serves HTTPS on https://127.0.0.1:18100; from this host trust its CA with METABOB_EXTRA_CA_CERTS=$state/tls/ca.pem"
+    fi
 }
 
 record() {

@@ -39,7 +39,8 @@ quoted() {
 # so the recipe hands them over in the config.
 server_env() {
     for name in METABOB_API_KEY DISCOVERY_ENDPOINT METABOB_LEDGER METABOB_ENDPOINT \
-        METABOB_CALL_LOG METABOB_NO_SYSTEM_CA NODE_EXTRA_CA_CERTS HTTPS_PROXY HTTP_PROXY NO_PROXY; do
+        METABOB_CALL_LOG METABOB_NO_SYSTEM_CA METABOB_EXTRA_CA_CERTS NODE_EXTRA_CA_CERTS \
+        HTTPS_PROXY HTTP_PROXY NO_PROXY; do
         eval "value=\${$name:-}"
         # shellcheck disable=SC2154 # set by the eval above
         [ -z "$value" ] || printf '%s=%s\n' "$name" "$value"

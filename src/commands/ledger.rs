@@ -28,6 +28,20 @@ pub enum LedgerCommand {
     Key(KeyArgs),
     /// Copy a SQLite ledger to a new file while it serves: one consistent, checked snapshot.
     Backup(BackupArgs),
+    /// Ask a running ledger's GET /health, as a container healthcheck does: exit 0 when it
+    /// answers ok (over verified TLS for https), 1 otherwise, naming why.
+    Health(HealthArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp ledger health
+  metabob-mcp ledger health --url https://ledger:18100   # in a container: its own public name")]
+pub struct HealthArgs {
+    /// The ledger's address, as clients reach it
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:18100")]
+    pub url: String,
 }
 
 #[derive(Debug, Args)]
@@ -248,6 +262,13 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                 },
             };
             metabob_ledger::serve(opts, env).await.map_err(fail)?;
+        }
+        LedgerCommand::Health(a) => {
+            let healthy = metabob_ledger::health::probe(&a.url, &env)
+                .await
+                .map_err(|e| CliError::failure(format!("ledger health: {e}")))?;
+            let tls = if healthy.tls { ", TLS verified" } else { "" };
+            metabob_wire::outln!("ok: {} (metabob-ledger {}{tls})", a.url, healthy.version);
         }
         LedgerCommand::Backup(a) => {
             let at = location(a.data, &env)?;

@@ -1,4 +1,4 @@
-//! scripts/fleet.sh: up, record, status and down on Docker compose.
+//! scripts/fleet.sh: up, record, status and down on Docker compose, its ledger on HTTPS.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -45,6 +45,24 @@ fn fleet_sh_brings_up_three_cells_that_close_a_recorded_task_shown_by_status() {
         up.stderr.contains("3 cells are up on git://git/app.git"),
         "{up:?}"
     );
+    // The ledger serves HTTPS with the fleet's own CA, which the cells trust: the published
+    // port answers a client trusting that CA, and no plain HTTP.
+    assert!(up.stderr.contains("serves HTTPS"), "{up:?}");
+    let ca = repo().join("target/fleet/tls/ca.pem");
+    let health = Command::new(bin())
+        .args(["ledger", "health", "--url", "https://127.0.0.1:18100"])
+        .env("METABOB_EXTRA_CA_CERTS", &ca)
+        .env("METABOB_NO_SYSTEM_CA", "1")
+        .output()
+        .expect("ledger health");
+    let health = Output::from(health);
+    assert_eq!(health.code, 0, "{health:?}");
+    assert!(health.stdout.contains("TLS verified"), "{health:?}");
+    let plain = Command::new(bin())
+        .args(["ledger", "health", "--url", "http://127.0.0.1:18100"])
+        .output()
+        .expect("ledger health");
+    assert_eq!(Output::from(plain).code, 1, "plain HTTP on the TLS port");
 
     let out = fleet_sh(
         &project,

@@ -10,6 +10,7 @@ mod conflicts;
 mod failing;
 mod fleet_sh;
 mod outages;
+mod port_map;
 mod postgres;
 mod swarm;
 
@@ -244,6 +245,8 @@ fn ledger(fleet: &mut Fleet) -> (Running, String) {
     let req = fleet
         .on(image(LEDGER))
         .with_env_var("PUBLIC_URL", "http://ledger:18100")
+        // The crate gives the container no name of its own to ask itself by.
+        .with_env_var("HEALTH_URL", "http://127.0.0.1:18100")
         .with_ready_conditions(vec![WaitFor::healthcheck()]);
     let ledger = fleet.serve("ledger", req);
     let out = exec_ok(

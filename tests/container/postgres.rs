@@ -50,6 +50,7 @@ fn pg_ledger(fleet: &mut Fleet, alias: &str) -> Running {
             "--public-url",
             public_url.as_str(),
         ])
+        .with_env_var("HEALTH_URL", "http://127.0.0.1:18100")
         .with_ready_conditions(vec![WaitFor::healthcheck()]);
     fleet.serve(alias, req)
 }

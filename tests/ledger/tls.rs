@@ -63,6 +63,17 @@ fn the_ledger_serves_https_with_its_own_certificate_and_clients_trust_a_private_
     assert_eq!(state["state"]["network"]["tls"]["authorized"], true, "{state}");
     let listed = env.run(&["task", "list", "--json"]);
     assert_eq!(listed.code, 0, "a keyed request over TLS: {listed:?}");
+    // The probe a container healthcheck runs, over the same trust.
+    let health = env.run(&["ledger", "health", "--url", &l.url]);
+    assert_eq!(health.code, 0, "{health:?}");
+    assert!(health.stdout.contains("TLS verified"), "{health:?}");
+    let closed = format!("https://127.0.0.1:{}", crate::support::closed_port());
+    let health = env.run(&["ledger", "health", "--url", &closed]);
+    assert_eq!(health.code, 1, "{health:?}");
+    assert!(
+        health.stderr.contains("did not answer") && health.stderr.contains("connect_refused"),
+        "{health:?}"
+    );
 
     // Plain HTTP on the TLS port gets no HTTP answer.
     let mut plain = std::net::TcpStream::connect(("127.0.0.1", l.port())).unwrap();

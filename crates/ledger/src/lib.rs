@@ -20,6 +20,7 @@ pub mod db;
 pub mod errors;
 pub mod forward;
 pub mod goals;
+pub mod health;
 pub mod input;
 pub mod keys;
 pub mod metrics;
