@@ -130,17 +130,23 @@ fn a_key_of_another_ledger_is_key_rejected() {
 
 #[test]
 fn an_identity_that_does_not_answer_is_identity_unreachable() {
-    // Advertised by /bootstrap and silent (not an 8xxx port, so no rehost applies).
+    // Advertised by a discovery that is a service apart from identity (as the substrate's
+    // are), and silent (not an 8xxx port, so no rehost applies). A ledger advertising itself
+    // would be used where it was reached instead.
     let mut env = TestEnv::new();
     let mut dead = closed_port();
     while (8000..9000).contains(&dead) {
         dead = closed_port();
     }
     let advertised = format!("http://127.0.0.1:{dead}");
-    let ledger = env.ledger("main", &["--public-url", &advertised]);
-    let (_, key) = ledger.create_key(&env, "default", "read");
-    env.set("METABOB_API_KEY", &key)
-        .set("DISCOVERY_ENDPOINT", &ledger.url);
+    let bootstrap = json!({
+        "discovery_endpoint": "http://discovery.example",
+        "identity_endpoint": advertised,
+    })
+    .to_string();
+    let discovery = static_http_server(200, "application/json", bootstrap.leak());
+    env.set("METABOB_API_KEY", "mb_live_0123456789abcdef0123456789abcdef")
+        .set("DISCOVERY_ENDPOINT", &discovery);
     let (code, v) = check_json(&env, &[]);
     assert_eq!(code, 1);
     let result = v["result"].as_str().unwrap();
