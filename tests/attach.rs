@@ -47,7 +47,7 @@ fn a_fresh_ledger_attaches_every_command_on_the_host_with_no_flags() {
     assert!(!json.stdout.contains(&key) && !json.stderr.contains(&key));
     let v: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(v["attached"], true);
-    assert_eq!(v["state"]["identity"]["source"], "bootstrap");
+    assert_eq!(v["state"]["identity"]["source"], "reached");
     assert_eq!(
         v["state"]["auth"]["scopes"],
         json!(["read", "write", "admin"])
@@ -145,8 +145,11 @@ fn an_identity_that_does_not_answer_is_identity_unreachable() {
     })
     .to_string();
     let discovery = static_http_server(200, "application/json", bootstrap.leak());
-    env.set("METABOB_API_KEY", "mb_live_0123456789abcdef0123456789abcdef")
-        .set("DISCOVERY_ENDPOINT", &discovery);
+    env.set(
+        "METABOB_API_KEY",
+        "mb_live_0123456789abcdef0123456789abcdef",
+    )
+    .set("DISCOVERY_ENDPOINT", &discovery);
     let (code, v) = check_json(&env, &[]);
     assert_eq!(code, 1);
     let result = v["result"].as_str().unwrap();
@@ -441,7 +444,7 @@ mod in_process {
         let data = env.path("ledger-late");
         let data_s = data.display().to_string();
         let out = env.run(&[
-            "ledger", "key", "create", "--data", &data_s, "--scopes", "read", "--json",
+            "ledger", "key", "create", "--init", "--data", &data_s, "--scopes", "read", "--json",
         ]);
         assert_eq!(out.code, 0, "{out:?}");
         let key = serde_json::from_str::<Value>(&out.stdout).unwrap()["key"]

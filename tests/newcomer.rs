@@ -323,11 +323,12 @@ fn which(tool: &str) -> std::path::PathBuf {
 #[test]
 fn fleet_sh_uses_the_compose_plugin_first_and_the_standalone_compose_otherwise() {
     let env = TestEnv::new();
-    let compose_file =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet/compose.yaml");
+    let fleet = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet");
+    // TLS is on by default: the TLS file is named after the base one.
     let run = format!(
-        "-p shimmed -f {} run --rm -T --no-deps -e METABOB_API_KEY=mb_live_k --entrypoint metabob-mcp cell task list",
-        compose_file.display()
+        "-p shimmed -f {} -f {} run --rm -T --no-deps -e METABOB_API_KEY=mb_live_k --entrypoint metabob-mcp cell task list",
+        fleet.join("compose.yaml").display(),
+        fleet.join("compose.tls.yaml").display()
     );
     let (out, calls) = fleet_status_with(&env, true, true);
     assert_eq!(out.code, 0, "{out:?}");

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult, Exit};
-use metabob_ledger::{LedgerError, Location, Revoked, ServeOptions};
+use metabob_ledger::{KeyRequest, LedgerError, Location, Revoked, ServeOptions};
 use metabob_wire::env::Env;
 
 /// The embedded ledger: discovery, identity and concept-db over SQLite or PostgreSQL.
@@ -140,7 +140,11 @@ pub struct ServeArgs {
 Examples:
   metabob-mcp ledger key create --org lab --scopes read,write
   metabob-mcp ledger key list
-  metabob-mcp ledger key revoke key_0123456789ab")]
+  metabob-mcp ledger key revoke key_0123456789ab
+
+Each refuses a --data directory that holds no ledger.db (a mistyped or forgotten --data) and
+names it; `ledger serve` keeps its data in ~/.substrate/ledger unless given --data.
+`key create --init` makes a new ledger on purpose.")]
 pub struct KeyArgs {
     #[command(subcommand)]
     pub command: KeyCommand,
@@ -150,7 +154,7 @@ pub struct KeyArgs {
 pub enum KeyCommand {
     /// Create a key (and its org when missing); the key is printed once and stored only hashed.
     Create(KeyCreateArgs),
-    /// List keys: ids, org, scopes, label, creation and revocation; never the keys themselves.
+    /// List keys: ids, org, scopes, label, creation, expiry and revocation; never the keys themselves.
     List(KeyListArgs),
     /// Revoke a key; a running server refuses it from its next request.
     Revoke(KeyRevokeArgs),
@@ -160,7 +164,9 @@ pub enum KeyCommand {
 #[command(after_help = "\
 Examples:
   metabob-mcp ledger key create --org lab --scopes read,write --label fleet-a
-  metabob-mcp ledger key create --scopes read --json --data /var/lib/ledger")]
+  metabob-mcp ledger key create --scopes read --json --data /var/lib/ledger
+  metabob-mcp ledger key create --label ci-job --expires-in 24h
+  metabob-mcp ledger key create --init --data ./ledger     # a new ledger, before its first serve")]
 pub struct KeyCreateArgs {
     #[command(flatten)]
     pub data: DataArg,
@@ -173,7 +179,16 @@ pub struct KeyCreateArgs {
     /// Free-text label shown by `key list`
     #[arg(long, value_name = "TEXT")]
     pub label: Option<String>,
-    /// Print {key_id, key, org, org_id, scopes} as JSON
+    /// The key stops working this long from now: 90s, 30m, 24h, 7days [default: never]
+    #[arg(long, value_name = "DURATION", conflicts_with = "expires_at")]
+    pub expires_in: Option<String>,
+    /// The key stops working at this RFC 3339 time in UTC, e.g. 2030-01-31T18:00:00Z
+    #[arg(long, value_name = "TIME")]
+    pub expires_at: Option<String>,
+    /// Make a new ledger in the --data directory when it holds none (without it, no ledger.db there is refused)
+    #[arg(long)]
+    pub init: bool,
+    /// Print {key_id, key, org, org_id, scopes, label?, expires_at?} as JSON
     #[arg(long)]
     pub json: bool,
 }
@@ -260,6 +275,11 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                     idle_timeout_ms: a.idle_timeout_ms,
                     readers: a.readers,
                 },
+                tls: a
+                    .tls_cert
+                    .zip(a.tls_key)
+                    .map(|(cert, key)| metabob_ledger::TlsFiles { cert, key }),
+                max_connections: a.max_connections.map(|n| n as usize),
             };
             metabob_ledger::serve(opts, env).await.map_err(fail)?;
         }
@@ -282,11 +302,6 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                     done.from.display(),
                     done.to.display(),
                     done.bytes
-                tls: a
-                    .tls_cert
-                    .zip(a.tls_key)
-                    .map(|(cert, key)| metabob_ledger::TlsFiles { cert, key }),
-                max_connections: a.max_connections.map(|n| n as usize),
                 );
             }
         }
@@ -294,17 +309,26 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             command: KeyCommand::Create(a),
         }) => {
             let at = location(a.data, &env)?;
-            let (org, scopes, label) = (a.org, a.scopes, a.label);
-            let key =
-                blocking(move || metabob_ledger::create_key(&at, &org, &scopes, label.as_deref()))
-                    .await?;
+            let req = KeyRequest {
+                org: a.org,
+                scopes: a.scopes,
+                label: a.label,
+                expires_in: a.expires_in,
+                expires_at: a.expires_at,
+                init: a.init,
+            };
+            let key = blocking(move || metabob_ledger::create_key(&at, &req)).await?;
             if a.json {
                 metabob_wire::outln!("{}", to_json(&key));
             } else {
                 let scopes: Vec<_> = key.scopes.iter().map(|s| s.as_str()).collect();
+                let expiry = match &key.expires_at {
+                    Some(at) => format!(", expiring {at}"),
+                    None => String::new(),
+                };
                 metabob_wire::outln!("{}", key.key);
                 metabob_wire::errln!(
-                    "created {} in org {} ({}) with scopes {}; the key above is shown once",
+                    "created {} in org {} ({}) with scopes {}{expiry}; the key above is shown once",
                     key.key_id,
                     key.org,
                     key.org_id,
@@ -322,13 +346,14 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             } else {
                 for k in keys {
                     metabob_wire::outln!(
-                        "{}\t{}\t{}\t{}\t{}\t{}",
+                        "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                         k.key_id,
                         k.org,
                         k.scopes.join(","),
                         k.created_at,
-                        if k.revoked { "revoked" } else { "active" },
-                        k.label.unwrap_or_default()
+                        k.expires_at.as_deref().unwrap_or("never"),
+                        k.state(),
+                        k.label.as_deref().unwrap_or_default()
                     );
                 }
             }

@@ -35,6 +35,26 @@ fn a_pull_into_a_used_directory_fails_before_anything_is_claimed() {
     assert_eq!(w.pull("c2", &[]).0.code, 0, "the task is still open");
 }
 
+/// task.json and context.md carry the task's details, origin and claim: `task pull` writes them
+/// readable by this user alone, whatever the umask.
+#[test]
+fn a_pulled_tasks_files_are_its_users_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    w.record_task("a.py", "kept private", "");
+    let (out, _) = w.pull("c1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (task, _) = w.dirs("c1");
+    for name in ["task.json", "context.md"] {
+        let path = task.join(name);
+        let mode = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}");
+    }
+}
+
 #[test]
 fn a_cell_without_a_ledger_is_told_it_is_not_attached() {
     let env = TestEnv::new();

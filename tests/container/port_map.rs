@@ -25,7 +25,15 @@ fn a_ledger_behind_a_port_map_is_used_at_the_mapped_address() {
         .expect("start the ledger");
     let out = exec_ok(
         &ledger,
-        &["metabob-mcp", "ledger", "key", "create", "--data", "/data", "--json"],
+        &[
+            "metabob-mcp",
+            "ledger",
+            "key",
+            "create",
+            "--data",
+            "/data",
+            "--json",
+        ],
     );
     let key: serde_json::Value = serde_json::from_str(&out).expect("key create --json");
 

@@ -18,7 +18,10 @@ fn idle_sockets_past_the_open_file_limit_leave_room_for_a_keyed_request() {
         .map(|_| TcpStream::connect(("127.0.0.1", l.port())).expect("connect"))
         .collect();
     let listed = env.run(&["task", "list", "--json"]);
-    assert_eq!(listed.code, 0, "a keyed request behind 400 idle sockets: {listed:?}");
+    assert_eq!(
+        listed.code, 0,
+        "a keyed request behind 400 idle sockets: {listed:?}"
+    );
     let (status, _) = super::http(&l.url, "GET", "/health", None, None);
     assert_eq!(status, 200);
     drop(idle);

@@ -1,16 +1,17 @@
 //! The embedded ledger as a real process: first start, identity, org isolation, scopes, the
-//! concept shapes, durability through kill -9, forwarding to a test producer, and the limits
-//! that keep one request from stalling the rest.
+//! concept shapes, durability through kill -9, forwarding to a test producer, the limits
+//! that keep one request from stalling the rest, and the modes of its files.
 
 mod access;
 mod connections;
 mod durability;
+mod files;
 mod limits;
 mod metrics;
 mod prometheus;
 mod shapes;
-
 mod tls;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

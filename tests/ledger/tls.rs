@@ -60,7 +60,10 @@ fn the_ledger_serves_https_with_its_own_certificate_and_clients_trust_a_private_
 
     let (code, state) = attach_check(&env);
     assert_eq!(code, 0, "{state}");
-    assert_eq!(state["state"]["network"]["tls"]["authorized"], true, "{state}");
+    assert_eq!(
+        state["state"]["network"]["tls"]["authorized"], true,
+        "{state}"
+    );
     let listed = env.run(&["task", "list", "--json"]);
     assert_eq!(listed.code, 0, "a keyed request over TLS: {listed:?}");
     // The probe a container healthcheck runs, over the same trust.
@@ -210,7 +213,11 @@ fn behind_a_tls_proxy_the_ledger_is_used_where_it_was_reached_and_the_key_stays_
 
     let (code, state) = attach_check(&env);
     assert_eq!(code, 0, "{state}");
-    assert_eq!(state["state"]["identity"]["endpoint"], world.https.as_str(), "{state}");
+    assert_eq!(
+        state["state"]["identity"]["endpoint"],
+        world.https.as_str(),
+        "{state}"
+    );
     assert_eq!(state["state"]["identity"]["source"], "reached", "{state}");
     let recorded = env.run(&[
         "finding",

@@ -398,3 +398,67 @@ fn a_message_before_initialize_that_is_not_json_is_answered_and_initialize_still
         "the server did not end when stdin closed"
     );
 }
+
+/// The local store holds this machine's findings: `serve` makes it, with its `-wal` and
+/// `-shm`, readable by this user alone, and tightens a store left wider, saying so once per
+/// file.
+#[test]
+fn the_local_store_is_its_users_alone_and_a_wider_one_is_tightened() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    project(&env, &env.cwd());
+    let store = env.home().join(".metabob/store.sqlite");
+    let files = ["", "-wal", "-shm"].map(|side| {
+        let mut p = store.clone().into_os_string();
+        p.push(side);
+        std::path::PathBuf::from(p)
+    });
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let record = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "record_finding", "arguments": {"files": ["a.py"], "summary": "a is private",
+        "severity": "LOW", "category": "correctness"}}});
+    let (mut raw, _) = Raw::start(&env, &["serve"]);
+    raw.send(record);
+    let answer = read_line(&mut raw.stdout);
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    for f in &files {
+        assert_eq!(
+            mode(f),
+            0o600,
+            "{} while the server has it open",
+            f.display()
+        );
+    }
+    // Killed, so the -wal and -shm stay, then opened up as a umask of 022 would have made them.
+    let _ = raw.child.kill();
+    let _ = raw.child.wait();
+    for f in &files {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let (mut raw, _) = Raw::start(&env, &["serve"]);
+    raw.call(2, "get_problems");
+    let answer = read_line(&mut raw.stdout);
+    assert!(
+        answer["result"]["content"]
+            .to_string()
+            .contains("a is private"),
+        "the store was read: {answer}"
+    );
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{} tightened", f.display());
+    }
+    let (_, err) = raw.finish();
+    for f in &files {
+        let line = format!(
+            "{} was readable beyond its owner (mode 0644); made it 0600",
+            f.display()
+        );
+        assert_eq!(err.matches(&line).count(), 1, "{line}: {err}");
+    }
+}

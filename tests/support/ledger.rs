@@ -44,8 +44,7 @@ impl Ledger {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let wrap: Vec<String> = wrap.iter().map(|s| s.to_string()).collect();
         let flags = store_args(&data, store.as_deref());
-        let (child, url) =
-            spawn_ledger(&env.vars, &env.cwd(), &wrap, &flags, "127.0.0.1:0", &args);
+        let (child, url) = spawn_ledger(&env.vars, &env.cwd(), &wrap, &flags, "127.0.0.1:0", &args);
         Ledger {
             child,
             url,
@@ -125,8 +124,9 @@ impl Ledger {
     /// `url` is then the address it printed.
     pub fn restart_on(&mut self, listen: &str) {
         let flags = self.store_args();
-        let (child, url) =
-            spawn_ledger(&self.vars, &self.cwd, &self.wrap, &flags, listen, &self.args);
+        let (child, url) = spawn_ledger(
+            &self.vars, &self.cwd, &self.wrap, &flags, listen, &self.args,
+        );
         self.child = child;
         self.url = url;
     }

@@ -85,7 +85,8 @@ impl TaskFile {
 
     pub fn write(&self, path: &Path) -> Result<(), String> {
         let text = serde_json::to_string_pretty(self).map_err(|e| format!("task.json: {e}"))?;
-        write_atomic(path, format!("{text}\n").as_bytes(), None)
+        // Private: it names the origin, the claim and the task's details.
+        write_atomic(path, format!("{text}\n").as_bytes(), Some(0o600))
             .map_err(|e| format!("writing {}: {e}", path.display()))
     }
 }

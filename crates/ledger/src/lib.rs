@@ -41,7 +41,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 pub use errors::{ApiError, LedgerError};
-pub use keys::{CreatedKey, KeyInfo, Revoked, create_key, list_keys, revoke_key};
+pub use keys::{CreatedKey, KeyInfo, KeyRequest, Revoked, create_key, list_keys, revoke_key};
 
 use db::Db;
 pub use db::{BackupReport, Location, backup};
@@ -213,15 +213,13 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// Descriptors each read connection may hold on SQLite (the file, its WAL and shared memory),
-/// besides the writer's; PostgreSQL's is one socket.
-const FDS_PER_READER: u64 = 3;
-
 /// The connection cap: the one asked for, else what the open-file limit (raised to its hard
-/// bound first) leaves once the store and the process have theirs.
-fn connection_cap(asked: Option<usize>, readers: usize) -> usize {
+/// bound first) leaves beyond the descriptors the process holds once its store is open (the
+/// store's connections, with their runtimes on PostgreSQL) and a margin for the rest.
+// anchor: connection_cap
+fn connection_cap(asked: Option<usize>) -> usize {
     let fds = metabob_net::serve::raise_fd_limit();
-    let reserve = metabob_net::serve::RESERVED_FDS + FDS_PER_READER * (readers as u64 + 1);
+    let reserve = metabob_net::serve::open_fds() + metabob_net::serve::RESERVED_FDS;
     let fits = metabob_net::serve::default_cap(fds, reserve);
     match asked {
         Some(n) if n > fits => {
@@ -300,7 +298,10 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         source,
     })?;
     let tls = match &opts.tls {
-        Some(files) => Some(metabob_net::serve::ServerTls::load(&files.cert, &files.key)?),
+        Some(files) => Some(metabob_net::serve::ServerTls::load(
+            &files.cert,
+            &files.key,
+        )?),
         None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -314,7 +315,6 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
         Some(url) => url.trim_end_matches('/').to_string(),
         None => default_public_url(scheme, bound),
     };
-    let max_connections = connection_cap(opts.max_connections, limits.readers);
 
     let at = opts.store.clone();
     let db = tokio::task::spawn_blocking(move || Db::open(&at, limits.readers))
@@ -327,6 +327,7 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
             .map_err(|e| LedgerError::Usage(format!("first start failed: {e}")))??;
     }
 
+    let max_connections = connection_cap(opts.max_connections);
     let ledger = Arc::new(Ledger {
         db,
         public_url,
@@ -362,14 +363,13 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
     Box::pin(metabob_net::serve::serve_connections(
         listener,
         routes::router(ledger),
-        idle_timeout,
+        config,
         shutdown_signal(),
-        Duration::from_millis(limits.drain_ms),
     ))
+    .await;
     if let Some(reloads) = reloads {
         reloads.abort();
     }
-    .await;
     // Every request has been answered (or the drain ran out): the store's connections close off
     // the async runtime, since the synchronous PostgreSQL client runs a runtime of its own when
     // it is dropped.
@@ -415,6 +415,7 @@ fn first_start(db: &Db, env: &Env, public_url: &str) -> Result<(), LedgerError> 
             DEFAULT_ORG,
             &[Scope::Read, Scope::Write, Scope::Admin],
             Some("first-start admin"),
+            None,
         )
         .map(Some)
     })?;

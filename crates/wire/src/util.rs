@@ -26,6 +26,12 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
     Some(t.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64)
 }
 
+/// A duration as people write it (`90s`, `30m`, `24h`, `7days`, `1h 30m`); `None` for anything
+/// else.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    humantime::parse_duration(s.trim()).ok()
+}
+
 /// `n` random bytes as lowercase hex.
 pub fn random_hex(n: usize) -> String {
     let mut buf = vec![0u8; n];
@@ -97,6 +103,85 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> std::io::Res
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// The permission bits a private file or directory may not have: any for group or others.
+#[cfg(unix)]
+const NOT_THE_OWNERS: u32 = 0o077;
+
+/// Makes `dir` and any missing parent, readable by this user alone (anchor: private_dir): what
+/// it creates is 0700, and an existing `dir` open to group or others is tightened to its owner's
+/// bits, with one warning naming it and its old mode. Parents that already exist are left as
+/// they are.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)?;
+    tighten(dir)
+}
+
+/// Makes sure `path` is a file readable by this user alone (anchor: private_file): created
+/// empty with mode 0600 when missing (its directory must exist), an existing one open to group
+/// or others tightened as [`private_dir`] tightens. A file another program creates next to it
+/// with its mode (SQLite's `-wal` and `-shm`) is then private too.
+pub fn private_file(path: &Path) -> std::io::Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.append(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    drop(opts.open(path)?);
+    tighten_if_present(path)
+}
+
+/// [`private_file`]'s tightening alone, for a file that may not exist yet (SQLite's `-wal` and
+/// `-shm`, made by SQLite itself): a missing one is fine.
+pub fn tighten_if_present(path: &Path) -> std::io::Result<()> {
+    match tighten(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Takes group's and others' bits off `path` when it has any, and says so once: after this it
+/// has none, so the next start finds nothing to say.
+#[cfg(not(unix))]
+fn tighten(path: &Path) -> std::io::Result<()> {
+    std::fs::metadata(path).map(drop)
+}
+
+/// Takes group's and others' bits off `path` when it has any, and says so once: after this it
+/// has none, so the next start finds nothing to say. A path this user may not change (one that
+/// another user owns) is left as it is with a warning: it worked before, and a mode is no reason
+/// to stop.
+#[cfg(unix)]
+fn tighten(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let old = std::fs::metadata(path)?.permissions().mode() & 0o7777;
+    if old & NOT_THE_OWNERS == 0 {
+        return Ok(());
+    }
+    let new = old & !NOT_THE_OWNERS;
+    match std::fs::set_permissions(path, std::fs::Permissions::from_mode(new)) {
+        Ok(()) => tracing::warn!(
+            "{} was readable beyond its owner (mode {old:04o}); made it {new:04o}",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => tracing::warn!(
+            "{} is readable beyond its owner (mode {old:04o}) and could not be made {new:04o} \
+             ({e}); its owner can",
+            path.display()
+        ),
+        Err(e) => return Err(e),
+    }
+    Ok(())
 }
 
 pub fn random_u16() -> u16 {

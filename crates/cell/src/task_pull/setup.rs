@@ -257,7 +257,7 @@ impl Setup<'_> {
             .map_err(SetupFailure::Cell)?;
         let context = context_md(r, related, &task);
         let path = opts.task_dir.join("context.md");
-        write_atomic(&path, context.as_bytes(), None)
+        write_atomic(&path, context.as_bytes(), Some(0o600))
             .map_err(|e| SetupFailure::Cell(format!("writing {}: {e}", path.display())))?;
         Ok(task)
     }

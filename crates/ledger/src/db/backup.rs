@@ -44,13 +44,8 @@ pub fn backup(at: &Location, to: &Path) -> Result<BackupReport, LedgerError> {
             ));
         }
     };
+    super::require_ledger(at, "")?;
     let from = data.join(DB_FILE);
-    if !from.is_file() {
-        return Err(LedgerError::Usage(format!(
-            "no ledger at {}: pass the --data directory `ledger serve` uses",
-            from.display()
-        )));
-    }
     if to.exists() {
         return Err(LedgerError::Usage(format!(
             "{} exists; a backup never overwrites: name a new file or remove that one",
@@ -69,6 +64,12 @@ pub fn backup(at: &Location, to: &Path) -> Result<BackupReport, LedgerError> {
         name.to_string_lossy(),
         std::process::id()
     ));
+    // Private from its first byte, as the ledger is: the copy holds every row. (A new empty
+    // file is 0600 already, so a failure here leaves nothing behind.)
+    metabob_wire::util::private_file(&partial).map_err(|source| LedgerError::Io {
+        path: partial.clone(),
+        source,
+    })?;
     let out = copy_checked(&from, &partial).and_then(|pages| {
         let io = |source| LedgerError::Io {
             path: partial.clone(),

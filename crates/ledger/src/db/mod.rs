@@ -445,6 +445,25 @@ impl Db {
     }
 }
 
+/// Refuses a SQLite data directory that holds no `ledger.db` (anchor: needs-a-ledger), in one
+/// line naming the directory, `--data` and where `ledger serve` keeps its data by default, then
+/// `or` (another way out, such as `--init`, or nothing). The admin commands take it so that a
+/// mistyped or forgotten `--data` never makes a new, empty ledger that no server reads. A
+/// PostgreSQL URL names its database outright, and one that does not exist cannot be connected
+/// to, so it passes.
+pub fn require_ledger(at: &Location, or: &str) -> Result<(), LedgerError> {
+    match at {
+        Location::Sqlite(data) if !data.join(DB_FILE).is_file() => {
+            Err(LedgerError::Usage(format!(
+                "no ledger at {} (no {DB_FILE} there): pass --data with the directory `ledger \
+                 serve` keeps its data in (by default ~/.substrate/ledger){or}",
+                data.display()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Runs `f` in one transaction on one fresh connection to the store at `at`: the key commands,
 /// which work with or without a running server. Blocking; not for async code.
 pub fn with_store<T>(

@@ -7,7 +7,7 @@ use crate::errors::ApiError;
 use crate::sql::{Dialect, Sql, args, pg_ddl};
 
 /// Bumped with every schema change; `migrate` brings older files forward.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 // anchor: schema
 /// The first version's tables, in SQLite's words; PostgreSQL's are derived from them
@@ -104,9 +104,13 @@ ALTER TABLE concepts ADD COLUMN fts tsvector GENERATED ALWAYS AS (
 CREATE INDEX concepts_fts ON concepts USING GIN (fts);
 "#;
 
+/// Version 6: a key may expire (`ledger key create --expires-in`/`--expires-at`); `NULL` never.
+/// Keys written before it have none.
+const KEY_EXPIRY_V6: &str = "ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;";
+
 /// The schema steps, one per version; each runs once, in order, inside the migration's
 /// transaction.
-fn schema_steps(dialect: Dialect) -> [String; 5] {
+fn schema_steps(dialect: Dialect) -> [String; 6] {
     let tables = [TABLES_V1, crate::goals::SCHEMA, crate::open_tasks::SCHEMA];
     let rank = crate::concepts::rank_index_ddl();
     let files = format!(
@@ -122,6 +126,7 @@ fn schema_steps(dialect: Dialect) -> [String; 5] {
             tables[2].into(),
             rank,
             files,
+            KEY_EXPIRY_V6.into(),
         ],
         Dialect::Postgres => [
             format!("{}{PG_FTS_V1}", pg_ddl(TABLES_V1)),
@@ -129,6 +134,7 @@ fn schema_steps(dialect: Dialect) -> [String; 5] {
             pg_ddl(tables[2]),
             rank,
             pg_ddl(&files),
+            pg_ddl(KEY_EXPIRY_V6),
         ],
     }
 }
@@ -247,6 +253,32 @@ mod tests {
             plan,
             ["SEARCH c USING INDEX concepts_by_rank (org_id=? AND shape=?)"]
         );
+    }
+
+    #[test]
+    fn a_version_5_file_gains_key_expiry_and_its_keys_never_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        {
+            let conn = Connection::open(&path).unwrap();
+            for step in &schema_steps(Dialect::Sqlite)[..5] {
+                conn.execute_batch(step).unwrap();
+            }
+            conn.execute_batch(
+                "INSERT INTO orgs VALUES ('org_a', 'a', 0);
+                 INSERT INTO api_keys (id, org_id, key_hash, scopes, created_at)
+                   VALUES ('key_a', 'org_a', 'hash', 'read', 0);
+                 PRAGMA user_version = 5;",
+            )
+            .unwrap();
+        }
+        let conn = open_connection(dir.path()).unwrap();
+        let sql = Sql::Lite(&conn);
+        assert_eq!(stored_version(sql).unwrap(), SCHEMA_VERSION);
+        let expires: Option<i64> = sql
+            .value("SELECT expires_at FROM api_keys WHERE id = 'key_a'", &[])
+            .unwrap();
+        assert_eq!(expires, None);
     }
 
     #[test]

@@ -12,13 +12,14 @@ use crate::errors::LedgerError;
 /// The file inside `--data`.
 pub const DB_FILE: &str = "ledger.db";
 
+/// SQLite's files beside `ledger.db` while it is open in WAL mode.
+const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
+
 /// Opens (creating when missing) `<data>/ledger.db` with the settings every connection needs.
+/// The directory and the files are this user's alone (SPEC.md §Storage): see [`make_private`].
 // anchor: open-connection
 pub fn open_connection(data: &Path) -> Result<Connection, LedgerError> {
-    std::fs::create_dir_all(data).map_err(|source| LedgerError::Io {
-        path: data.to_path_buf(),
-        source,
-    })?;
+    make_private(data)?;
     let path = data.join(DB_FILE);
     let wrap = |source| LedgerError::Db {
         path: path.clone(),
@@ -40,6 +41,25 @@ pub fn open_connection(data: &Path) -> Result<Connection, LedgerError> {
         detail: format!("bringing the schema up to date: {e}"),
     })?;
     Ok(conn)
+}
+
+/// Makes the data directory 0700 and `ledger.db` 0600 (created empty when missing, which SQLite
+/// opens as a new database), and tightens a `-wal` or `-shm` left with a wider mode: SQLite gives
+/// the ones it creates the mode of `ledger.db`, so once that is private they all are
+/// (anchor: make-private).
+fn make_private(data: &Path) -> Result<(), LedgerError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LedgerError::Io { path, source }
+    };
+    metabob_wire::util::private_dir(data).map_err(io(data))?;
+    let db = data.join(DB_FILE);
+    metabob_wire::util::private_file(&db).map_err(io(&db))?;
+    for side in SIDE_FILES {
+        let path = data.join(format!("{DB_FILE}{side}"));
+        metabob_wire::util::tighten_if_present(&path).map_err(io(&path))?;
+    }
+    Ok(())
 }
 
 /// Opens one read-only connection for the pool. The file exists and is in WAL mode (the writer

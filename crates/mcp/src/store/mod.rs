@@ -126,10 +126,19 @@ pub fn store_path(env: &Env) -> Option<PathBuf> {
 }
 
 /// A local SQLite file in WAL mode with `schema` applied, its directory made; the cause as text
-/// for the caller's typed error. Shared by the findings store and the agent-resolver queue.
+/// for the caller's typed error. Shared by the findings store and the agent-resolver queue. The
+/// file is this user's alone (0600, an existing wider one tightened, as its `-wal` and `-shm`
+/// left by an earlier process), and SQLite gives the `-wal` and `-shm` it makes the file's mode.
 pub(crate) fn open_sqlite(path: &Path, schema: &str) -> Result<Connection, String> {
-    if let Some(dir) = path.parent() {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    let named = |e: std::io::Error| format!("{}: {e}", path.display());
+    metabob_wire::util::private_file(path).map_err(named)?;
+    for side in ["-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(side);
+        metabob_wire::util::tighten_if_present(Path::new(&p)).map_err(named)?;
     }
     let conn = Connection::open(path).map_err(|e| e.to_string())?;
     conn.busy_timeout(std::time::Duration::from_secs(5))

@@ -341,7 +341,11 @@ pub fn as_reached(identity: &str, discovery_self: Option<&str>, reached: &Url) -
     } else {
         &identity.path
     };
-    Some(format!("{}{}", reached.origin(), path.trim_end_matches('/')))
+    Some(format!(
+        "{}{}",
+        reached.origin(),
+        path.trim_end_matches('/')
+    ))
 }
 
 // anchor: weaker-scheme

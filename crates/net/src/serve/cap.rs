@@ -9,14 +9,22 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
-/// Descriptors a server keeps for itself beyond its connections (the listener, logs, a few
-/// outgoing requests), before what its store needs.
+/// Descriptors a server keeps free beyond its connections and what it holds at start: a few
+/// outgoing requests, files opened later, a store connection reopened.
 pub const RESERVED_FDS: u64 = 32;
+
+/// Descriptors this process holds now; where that cannot be read, a guess of a small server's.
+pub fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd")
+        .or_else(|_| std::fs::read_dir("/dev/fd"))
+        .map(|dir| dir.count() as u64)
+        .unwrap_or(64)
+}
 /// The cap's ceiling when the descriptor limit is far above it.
 pub const MAX_CONNECTIONS: u64 = 16_384;
 
@@ -194,7 +202,6 @@ impl Table {
         table.1.insert(id, slot);
         Some(admitted)
     }
-
 }
 
 fn idle(slot: &Slot) -> bool {

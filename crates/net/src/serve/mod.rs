@@ -26,8 +26,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 
-pub use cap::{MAX_CONNECTIONS, RESERVED_FDS, default_cap, raise_fd_limit};
 use cap::{Admitted, Busy, Table};
+pub use cap::{MAX_CONNECTIONS, RESERVED_FDS, default_cap, open_fds, raise_fd_limit};
 pub use tls::{ServerTls, TlsFileError};
 
 /// How long a stopping server lets the requests in flight finish, by default (the ledger's
@@ -55,7 +55,7 @@ impl ServeConfig {
         ServeConfig {
             idle_timeout,
             drain,
-            max_connections: default_cap(raise_fd_limit(), RESERVED_FDS),
+            max_connections: default_cap(raise_fd_limit(), open_fds() + RESERVED_FDS),
             tls: None,
         }
     }
@@ -167,7 +167,9 @@ async fn http<I>(
         let busy = admitted.request();
         let answer = hyper::service::Service::call(&inner, req);
         async move {
-            let resp = answer.await.unwrap_or_else(|never: Infallible| match never {});
+            let resp = answer
+                .await
+                .unwrap_or_else(|never: Infallible| match never {});
             Ok::<_, Infallible>(resp.map(|body| Guarded { body, _busy: busy }))
         }
     });

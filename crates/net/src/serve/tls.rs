@@ -79,12 +79,11 @@ impl ServerTls {
         let seen = stamp(cert, key);
         let pair = read_pair(cert, key)?;
         let current = Arc::new(Current(RwLock::new(Arc::new(pair))));
-        let mut config =
-            rustls::ServerConfig::builder_with_provider(crate::tls::provider())
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default protocol versions")
-                .with_no_client_auth()
-                .with_cert_resolver(current.clone());
+        let mut config = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .with_no_client_auth()
+            .with_cert_resolver(current.clone());
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(ServerTls {
             cert: cert.to_path_buf(),
@@ -121,8 +120,7 @@ impl ServerTls {
     pub async fn watch(self: Arc<Self>, stop: impl std::future::Future<Output = ()>) {
         let mut stop = std::pin::pin!(stop);
         #[cfg(unix)]
-        let mut hup =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
