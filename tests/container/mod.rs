@@ -249,8 +249,14 @@ fn ledger(fleet: &mut Fleet) -> (Running, String) {
         .with_env_var("HEALTH_URL", "http://127.0.0.1:18100")
         .with_ready_conditions(vec![WaitFor::healthcheck()]);
     let ledger = fleet.serve("ledger", req);
+    let key = cells_key(&ledger);
+    (ledger, key)
+}
+
+/// A read-write key for the cells, made in the ledger container's own data.
+fn cells_key(ledger: &Running) -> String {
     let out = exec_ok(
-        &ledger,
+        ledger,
         &[
             "metabob-mcp",
             "ledger",
@@ -266,7 +272,7 @@ fn ledger(fleet: &mut Fleet) -> (Running, String) {
         ],
     );
     let v: serde_json::Value = serde_json::from_str(&out).expect("key create --json");
-    (ledger, v["key"].as_str().expect("a key").to_string())
+    v["key"].as_str().expect("a key").to_string()
 }
 
 fn attach_env(req: ContainerRequest<GenericImage>, key: &str) -> ContainerRequest<GenericImage> {

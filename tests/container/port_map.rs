@@ -6,7 +6,7 @@ use testcontainers::ImageExt;
 use testcontainers::core::{ContainerPort, WaitFor};
 use testcontainers::runners::SyncRunner;
 
-use super::{Fleet, LEDGER, exec_ok, image, images};
+use super::{Fleet, LEDGER, cells_key, image, images};
 use crate::support::{TestEnv, closed_port};
 
 #[test]
@@ -23,24 +23,12 @@ fn a_ledger_behind_a_port_map_is_used_at_the_mapped_address() {
         .with_container_name(format!("{}-ledger", fleet.net))
         .start()
         .expect("start the ledger");
-    let out = exec_ok(
-        &ledger,
-        &[
-            "metabob-mcp",
-            "ledger",
-            "key",
-            "create",
-            "--data",
-            "/data",
-            "--json",
-        ],
-    );
-    let key: serde_json::Value = serde_json::from_str(&out).expect("key create --json");
+    let key = cells_key(&ledger);
 
     let mut env = TestEnv::new();
     let reached = format!("http://127.0.0.1:{host_port}");
     env.set("METABOB_LEDGER", reached.clone())
-        .set("METABOB_API_KEY", key["key"].as_str().expect("a key"));
+        .set("METABOB_API_KEY", key);
     let check = env.run(&["attach", "--check", "--json"]);
     assert_eq!(check.code, 0, "{check:?}");
     let v: serde_json::Value = serde_json::from_str(&check.stdout).expect("JSON");

@@ -2,11 +2,9 @@
 //! `-wal` and `-shm`, and the backups it writes 0600; a wider layout left from before is
 //! tightened at start and said once.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
 use crate::support::{Reaped, TestEnv};
 
@@ -49,18 +47,7 @@ fn serve(env: &TestEnv, data: &Path, log: &Path) -> Reaped {
         .stderr(std::fs::File::create(log).expect("the log file"))
         .spawn()
         .expect("start the ledger");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        if let Some(Ok(line)) = lines.next() {
-            let _ = tx.send(line);
-        }
-        for _ in lines {}
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the ledger printed its address");
+    let line = crate::support::first_line(&mut child);
     assert!(line.contains("listening on"), "{line}");
     Reaped(child)
 }

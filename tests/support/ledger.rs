@@ -223,6 +223,18 @@ fn spawn_ledger(
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn ledger");
+    let line = first_line(&mut child);
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+        .unwrap_or_else(|| panic!("no URL in ledger's first line: {line}"))
+        .to_string();
+    (child, url)
+}
+
+/// The first line a `ledger serve` started with piped stdout prints (its address), within 30 s;
+/// the rest of its stdout is drained so it never blocks on a full pipe.
+pub fn first_line(child: &mut Child) -> String {
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -230,18 +242,10 @@ fn spawn_ledger(
         if let Some(Ok(line)) = lines.next() {
             let _ = tx.send(line);
         }
-        // Keep draining so the ledger never blocks on a full pipe.
         for _ in lines {}
     });
-    let line = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("ledger printed its address");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
-        .unwrap_or_else(|| panic!("no URL in ledger's first line: {line}"))
-        .to_string();
-    (child, url)
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the ledger printed its address")
 }
 
 impl Drop for Ledger {

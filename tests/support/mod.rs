@@ -17,7 +17,7 @@ mod servers;
 pub mod soak;
 mod tls;
 pub use git::{git_daemon, git_daemon_on};
-pub use ledger::Ledger;
+pub use ledger::{Ledger, first_line};
 pub use normalize::{layout, normalize, seen, snapshot, verbatim};
 pub use servers::{Producer, static_http_server, tinyproxy};
 pub use tls::{CA_CN, Pki, Relay, TlsConn, s_server, tls_proxy};
