@@ -18,6 +18,19 @@ pub struct Limits {
     pub retry_conflicts: bool,
 }
 
+impl Limits {
+    /// How long a cell waits after "held by others, try again in `after_s`": the ledger's
+    /// hint (the earliest claim end), at most RETRY_MAX, and under ON_EMPTY=wait at most
+    /// IDLE_POLL as well, so a task recorded meanwhile reaches a standing cell within a poll.
+    pub fn try_later_wait(&self, after_s: u64) -> u64 {
+        let mut most = self.retry_max_s.max(1);
+        if self.wait_when_empty {
+            most = most.min(self.idle_poll_s.max(1));
+        }
+        after_s.clamp(1, most)
+    }
+}
+
 /// How `task pull` came out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PullEnd {
@@ -207,6 +220,10 @@ impl Machine {
         }
     }
 
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     pub fn fails_in_a_row(&self) -> u32 {
         self.fails_in_a_row
     }
@@ -313,7 +330,7 @@ impl Machine {
             },
             PullEnd::NothingOpen => Action::Exit(0),
             PullEnd::TryLater { after_s } => Action::Wait {
-                secs: after_s.clamp(1, self.limits.retry_max_s.max(1)),
+                secs: self.limits.try_later_wait(after_s),
                 sweep: false,
             },
             PullEnd::Parked => Action::Pull,

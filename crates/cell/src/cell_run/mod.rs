@@ -392,7 +392,7 @@ impl Cell {
             }
             PullStatus::TryLater => {
                 let after_s = report.retry_after_seconds.unwrap_or(5).max(1) as u64;
-                let shown = after_s.clamp(1, self.cfg.retry_max_s);
+                let shown = self.machine.limits().try_later_wait(after_s);
                 self.log.line(Line {
                     step: "pull",
                     task: None,

@@ -227,6 +227,22 @@ fn pulls_wait_within_their_bounds_and_an_empty_board_ends_or_sweeps() {
             sweep: true
         }
     );
+    // A standing cell told "held by others" looks again within one idle poll, so a task
+    // recorded meanwhile does not wait out RETRY_MAX; a sooner hint is taken as it is.
+    assert_eq!(
+        standing.step(Event::Pull(PullEnd::TryLater { after_s: 3600 })),
+        Action::Wait {
+            secs: 10,
+            sweep: false
+        }
+    );
+    assert_eq!(
+        standing.step(Event::Pull(PullEnd::TryLater { after_s: 4 })),
+        Action::Wait {
+            secs: 4,
+            sweep: false
+        }
+    );
 }
 
 #[test]
