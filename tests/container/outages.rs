@@ -39,6 +39,7 @@ fn three_cells_mid_task_wait_out_a_killed_and_restarted_ledger_and_close_every_t
     }
     let l: String = cells.iter().map(logs).collect();
     assert!(l.contains("the ledger does not answer; waiting"), "{l}");
+    assert!(l.contains("the ledger answers again after "), "{l}");
     for id in &w.ids {
         assert_eq!(closed_in(&l, id), 1, "{id}:\n{l}");
         assert_eq!(w.fixes_on_main(id), 1);

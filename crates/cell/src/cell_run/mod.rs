@@ -249,12 +249,22 @@ impl Cell {
     {
         let (name, var, limit) = who;
         let mut backoff = Backoff::new(limit);
+        let mut away = false;
         loop {
             let e = match call().await {
                 Err(e) if passing(&e) => e,
                 Err(e) => return Err((e, backoff.waited())),
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    // Said once, so an operator reading the log sees where the outage ended.
+                    if away {
+                        let waited = backoff.waited().as_secs();
+                        self.log
+                            .note(name, format!("the {name} answers again after {waited}s"));
+                    }
+                    return Ok(v);
+                }
             };
+            away = true;
             if backoff.first() {
                 let secs = limit.as_secs();
                 let line = format!("the {name} does not answer; waiting up to {secs}s ({e})");
