@@ -136,7 +136,7 @@ mod tests {
         assert_eq!(d.files, ["a.py", "src/b.py"]);
         assert_eq!(d.summary, "s");
         for bad in ["/etc/passwd", "../../etc/passwd", "a//b", "a\0b", " ./a.py"] {
-            match draft(&["a.py", &bad]).checked() {
+            match draft(&["a.py", bad]).checked() {
                 Err(DraftRefused::File(e)) => assert_eq!(e.path, bad.trim()),
                 other => panic!("{bad:?}: {other:?}"),
             }
