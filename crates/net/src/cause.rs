@@ -119,7 +119,7 @@ impl fmt::Display for NetCause {
             NetCause::DnsFailed(host) => write!(f, "{t}({host}): the name does not resolve"),
             NetCause::ConnectTimeout(hp) => write!(
                 f,
-                "{t}({hp}): no connection within the connect budget; packets are being dropped (a network reachable only through a proxy needs HTTPS_PROXY)"
+                "{t}({hp}): no connection within the connect budget: the host is down, restarting or unreachable from here (where it is reachable only through a proxy, set HTTPS_PROXY)"
             ),
             NetCause::ConnectRefused(hp) => {
                 write!(f, "{t}({hp}): nothing is accepting connections there")
