@@ -28,6 +28,9 @@ pub enum LedgerCommand {
     Key(KeyArgs),
     /// Copy a SQLite ledger to a new file while it serves: one consistent, checked snapshot.
     Backup(BackupArgs),
+    /// Put a backup in place as a stopped SQLite ledger's ledger.db: checked, then swapped in
+    /// atomically.
+    Restore(RestoreArgs),
     /// Ask a running ledger's GET /health, as a container healthcheck does: exit 0 when it
     /// answers ok (over verified TLS for https), 1 otherwise, naming why.
     Health(HealthArgs),
@@ -50,8 +53,7 @@ Examples:
   metabob-mcp ledger backup --to /backups/ledger-$(date +%F).db
   metabob-mcp ledger backup --data /var/lib/ledger --to /backups/ledger.db --json
 
-Restore: stop `ledger serve`, remove ledger.db, ledger.db-wal and ledger.db-shm from the data
-directory, copy the backup there as ledger.db, and start the server again.
+Restore: stop `ledger serve`, then `metabob-mcp ledger restore --from FILE` (see its --help).
 A PostgreSQL store is backed up with pg_dump instead.")]
 pub struct BackupArgs {
     #[command(flatten)]
@@ -62,6 +64,28 @@ pub struct BackupArgs {
     /// Print {from, to, bytes, pages} as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp ledger restore --from /backups/ledger-2026-12-01.db
+  metabob-mcp ledger restore --data /var/lib/ledger --from /backups/ledger.db
+  docker compose stop ledger                       # in a container: the image's data dir is /data
+  docker compose run --rm --no-deps --entrypoint metabob-mcp ledger \\
+      ledger restore --data /data --from /data/backup-2026-12-01.db
+  docker compose start ledger
+
+Stop `ledger serve` first: a ledger serving on --data (or any process with its ledger.db open)
+is refused, as is a file that fails SQLite's integrity check or holds no ledger. The data
+directory is created (0700) when missing; stale ledger.db-wal and ledger.db-shm are removed.
+A PostgreSQL store is restored with pg_restore instead.")]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub data: DataArg,
+    /// The backup to put in place, as `ledger backup` wrote it
+    #[arg(long, value_name = "FILE")]
+    pub from: PathBuf,
 }
 
 /// Where the ledger keeps its rows: a SQLite file in a directory, or a PostgreSQL database.
@@ -304,6 +328,18 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                     done.bytes
                 );
             }
+        }
+        LedgerCommand::Restore(a) => {
+            let at = location(a.data, &env)?;
+            let from = a.from;
+            let done = blocking(move || metabob_ledger::db::restore(&at, &from)).await?;
+            metabob_wire::outln!(
+                "restored {} to {}: {} bytes, integrity ok, schema version {}; start ledger serve",
+                done.from.display(),
+                done.to.display(),
+                done.bytes,
+                done.schema_version
+            );
         }
         LedgerCommand::Key(KeyArgs {
             command: KeyCommand::Create(a),

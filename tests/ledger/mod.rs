@@ -9,6 +9,7 @@ mod files;
 mod limits;
 mod metrics;
 mod prometheus;
+mod restore;
 mod shapes;
 mod tls;
 

@@ -10,6 +10,7 @@ mod budget;
 mod group_commit;
 mod pg;
 mod pool;
+mod restore;
 mod schema;
 mod sqlite;
 #[cfg(test)]
@@ -30,10 +31,11 @@ use metabob_wire::util::now_ms;
 use pg::{PG_WRITERS, open_pg, open_pg_migrated, pg_bounded, pg_write};
 use pool::{Handle, Kind, Lease, Pool, acquire};
 use schema::MIGRATION_LOCK;
-use sqlite::{LiteWriter, latest_stored_ms, open_reader};
+use sqlite::{LiteWriter, checkpoint_on_close, latest_stored_ms, open_reader};
 
 pub use backup::{BackupReport, backup};
 pub use budget::Budget;
+pub use restore::{RestoreReport, restore};
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{DB_FILE, open_connection};
 
@@ -251,13 +253,18 @@ impl Db {
 
     /// Closes every idle connection (anchor: db-close); called off the async runtime once the
     /// server has stopped, since dropping a synchronous PostgreSQL client starts a runtime of
-    /// its own. A connection lent out now closes when its lease ends.
+    /// its own. A connection lent out now closes when its lease ends. On SQLite it then waits
+    /// for the writer to finish the batch it is on and checkpoints the WAL into `ledger.db`
+    /// ([`sqlite::checkpoint_on_close`]), so a stopped ledger is one self-contained file.
     pub fn close(&self) {
         let mut closing = std::mem::take(&mut *lock(&self.0.readers.idle));
         if let Backend::Pg { writers, .. } = &self.0.backend {
             closing.append(&mut lock(&writers.idle));
         }
         drop(closing);
+        if let Backend::Lite { path, writer, .. } = &self.0.backend {
+            checkpoint_on_close(&lock(writer).conn, path);
+        }
     }
 
     /// Where the store is, as logs show it.

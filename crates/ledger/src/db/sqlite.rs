@@ -13,7 +13,7 @@ use crate::errors::LedgerError;
 pub const DB_FILE: &str = "ledger.db";
 
 /// SQLite's files beside `ledger.db` while it is open in WAL mode.
-const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
+pub(super) const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
 
 /// Opens (creating when missing) `<data>/ledger.db` with the settings every connection needs.
 /// The directory and the files are this user's alone (SPEC.md §Storage): see [`make_private`].
@@ -83,6 +83,49 @@ pub(super) fn open_reader(path: &Path) -> Result<Connection, LedgerError> {
 pub(super) struct LiteWriter {
     pub(super) conn: Connection,
     pub(super) last_ms: i64,
+}
+
+/// How long the checkpoint on a clean stop waits for a reader or another process (a `ledger key`
+/// command, a backup) to let go of the file before it gives up.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(5);
+
+/// Folds the WAL back into `ledger.db` and empties it (anchor: checkpoint-on-close), run on the
+/// writer once a clean stop has drained: afterwards `ledger.db` alone holds every committed row
+/// and `ledger.db-wal` is 0 bytes. A checkpoint that cannot finish (a reader still in a read
+/// transaction, another process holding the file) is logged and loses nothing: the rows stay
+/// in the WAL, which the next open reads as always.
+pub(super) fn checkpoint_on_close(conn: &Connection, path: &Path) {
+    let _ = conn.busy_timeout(CHECKPOINT_WAIT);
+    if !conn.is_autocommit() {
+        // A write that panicked left its transaction open; it was never answered.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    });
+    match done {
+        Ok((0, _, pages)) => tracing::info!(
+            db = %path.display(),
+            pages,
+            "checkpointed the WAL into the database on stop"
+        ),
+        Ok((_, log, pages)) => tracing::warn!(
+            db = %path.display(),
+            log,
+            pages,
+            "the WAL could not be checkpointed on stop (still in use); nothing is lost, the \
+             next start reads it"
+        ),
+        Err(e) => tracing::warn!(
+            db = %path.display(),
+            "the WAL could not be checkpointed on stop ({e}); nothing is lost, the next start \
+             reads it"
+        ),
+    }
 }
 
 pub(super) fn latest_stored_ms(conn: &Connection) -> rusqlite::Result<i64> {
