@@ -19,10 +19,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # The official Python MCP SDK (a third-party client) and pyyaml, in a venv the tests use: the agent
-# recipes' stand-in (tests/recipes.rs) and the CI examples' parsing run on this interpreter.
+# recipes' stand-in (tests/recipes.rs) and the CI examples' parsing run on this interpreter; and
+# kubernetes-validate (offline schemas) and checkov, which tests/k8s.rs runs on examples/k8s.
 venv=target/mcp-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check mcp pyyaml
+"$venv/bin/pip" install -q --disable-pip-version-check mcp pyyaml kubernetes-validate checkov
 export METABOB_TEST_PYTHON=$PWD/$venv/bin/python
 cargo test --locked --workspace --lib --test runner "$@"
 # Nothing may lean on this machine's git identity or config: the git tests run again with an

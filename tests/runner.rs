@@ -19,6 +19,7 @@ mod guard;
 mod harness;
 mod hostile;
 mod inspect;
+mod k8s;
 mod layers;
 mod ledger;
 mod loopback;
