@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 mod agent_queue;
+mod alerts;
 mod attach;
 mod board;
 mod cell;
