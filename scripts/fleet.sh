@@ -11,8 +11,13 @@
 #                                    --file; --severity is MEDIUM unless given; --details holds
 #                                    the task's ref and policy lines)
 #   scripts/fleet.sh status          the board (`task list`)
-#   scripts/fleet.sh down            stop the cells (each gives its claim back), remove the
-#                                    containers, the ledger's volume, the key and the copies
+#   scripts/fleet.sh stop | start    stop the fleet's containers (each cell gives its claim back)
+#                                    and start them again; everything is kept
+#   scripts/fleet.sh down [--purge]  stop and remove the containers and the network; the
+#                                    ledger's volume (the board, every task and key) and the
+#                                    repositories the cells pushed to are kept, and the next
+#                                    `up` goes on with them. --purge removes those too, and the
+#                                    fleet's images and state, and says what it removed
 #
 # Environment:
 #   FLEET_ENGINE   compose (default): one host, Docker compose; swarm: a stack on the Swarm this
@@ -26,10 +31,14 @@
 #                  the offline base from images/base/build.sh)
 #   HARNESS        the cells' harness (default: examples/fleet/harness.sh)
 #   FLEET_PROJECT  the compose project name, or the stack's (default metabob-fleet; under swarm
-#                  metabob-swarm, so the two engines' volumes never share a name)
-#   FLEET_STATE    where the fleet's key is kept between steps (default target/fleet; under swarm
-#                  target/fleet-swarm, which also holds the image context and the repositories);
-#                  give each fleet on one host its own, with its own FLEET_PROJECT
+#                  metabob-swarm, so the two engines' volumes never share a name). Fleets with
+#                  different names run side by side on one host: each has its own state, port,
+#                  repositories and image tags (metabob-ledger:<project>, metabob-cell:<project>)
+#   FLEET_STATE    where the fleet's key, certificates, image context and repositories are kept
+#                  (default target/fleet for the default project, else target/fleet-<project>;
+#                  under swarm target/fleet-swarm)
+#   FLEET_PORT     the host port the ledger is published on, on 127.0.0.1 (default: the first
+#                  free one from 18100; `up` names it)
 #   FLEET_TLS      1 (default): the compose fleet's ledger serves HTTPS with a certificate made
 #                  for it under FLEET_STATE/tls by a fresh CA (openssl), which the cells trust
 #                  (examples/fleet/compose.tls.yaml); 0: plain HTTP on the fleet's network
@@ -52,9 +61,21 @@ die() {
 engine=${FLEET_ENGINE:-compose}
 case $engine in
 compose)
-    state=${FLEET_STATE:-$repo/target/fleet}
     project=${FLEET_PROJECT:-metabob-fleet}
-    repos=$dir/repos
+    if [ "$project" = metabob-fleet ]; then
+        state=${FLEET_STATE:-$repo/target/fleet}
+    else
+        state=${FLEET_STATE:-$repo/target/fleet-$project}
+    fi
+    repos=$state/repos
+    # What compose.yaml takes from the environment, so fleets of other names never share them.
+    export FLEET_REPOS=$repos FLEET_CONTEXT=$state/context FLEET_IMAGES=$repo/images
+    export LEDGER_IMAGE=metabob-ledger:$project CELL_IMAGE=metabob-cell:$project
+    FLEET_PORT_GIVEN=${FLEET_PORT:-}
+    if [ -z "$FLEET_PORT_GIVEN" ] && [ -s "$state/port" ]; then
+        FLEET_PORT=$(cat "$state/port")
+    fi
+    export FLEET_PORT=${FLEET_PORT:-18100}
     ;;
 swarm)
     # Apart from the compose fleet's files, so the two engines can run side by side from one
@@ -124,7 +145,12 @@ mb() {
         swarm_mb "$@"
         return
     fi
-    compose run --rm -T --no-deps -e METABOB_API_KEY="$(key)" --entrypoint metabob-mcp cell "$@"
+    local k
+    k=$(key)
+    [ ${#compose_cmd[@]} -gt 0 ] || compose version
+    [ -n "$(compose ps -q ledger 2>/dev/null)" ] \
+        || die "no fleet is up (a fleet that was taken down keeps its data in $state); run: scripts/fleet.sh up N"
+    compose run --rm -T --no-deps -e METABOB_API_KEY="$k" --entrypoint metabob-mcp cell "$@"
 }
 
 base_image() {
@@ -140,7 +166,11 @@ base_image() {
 # The repository the cells work on, as a bare clone under repos/ (git daemon serves it).
 serve_repository() {
     local origin=$1
-    rm -rf "$repos/app.git"
+    # Kept by a `down`: the fixes the cells pushed are in it.
+    if [ -d "$repos/app.git" ]; then
+        log "serving the kept repository $repos/app.git (down --purge starts afresh)"
+        return
+    fi
     mkdir -p "$repos"
     if [ -n "$origin" ]; then
         git clone -q --bare "$origin" "$repos/app.git"
@@ -190,17 +220,19 @@ up() {
     [ ${#compose_cmd[@]} -gt 0 ] || compose version
     local bin
     release_binary
-    mkdir -p "$dir/context" "$state"
+    mkdir -p "$state/context"
     chmod 700 "$state"
     [ "$tls" = 1 ] && make_tls
-    cp "$bin" "$dir/context/metabob-mcp"
-    cp "$repo/entrypoint/cell-entrypoint" "$dir/context/cell-entrypoint"
+    cp "$bin" "$state/context/metabob-mcp"
+    cp "$repo/entrypoint/cell-entrypoint" "$state/context/cell-entrypoint"
     serve_repository "$origin"
+    pick_port
 
-    BASE_IMAGE=$(base_image)
+    local build_log=$state/build.log
+    log "building the images (output in $build_log)"
+    BASE_IMAGE=$(base_image 2>"$build_log") || build_failed "$build_log"
     export BASE_IMAGE
-    log "building the images on $BASE_IMAGE"
-    compose build -q ledger cell-image >&2
+    compose build ledger cell-image >>"$build_log" 2>&1 || build_failed "$build_log"
     compose up -d ledger git >&2
     wait_healthy
     compose exec -T ledger metabob-mcp ledger key create --data /data --org default \
@@ -209,9 +241,33 @@ up() {
     [ -s "$state/key" ] || die "creating the cells' key failed; see: ${compose_cmd[*]} -p $project logs ledger"
     METABOB_API_KEY=$(key) ON_EMPTY=wait ORIGIN=$origin_url compose up -d --scale cell="$n" cell >&2
     log "$n cells are up on $origin_url; record tasks with: scripts/fleet.sh record --summary TEXT --file PATH"
+    local scheme=http
+    [ "$tls" = 1 ] && scheme=https
+    log "the board: $scheme://127.0.0.1:$FLEET_PORT/board (its key: cat $state/key)"
     if [ "$tls" = 1 ]; then
-        log "the ledger serves HTTPS on https://127.0.0.1:18100; from this host trust its CA with METABOB_EXTRA_CA_CERTS=$state/tls/ca.pem"
+        log "the ledger serves HTTPS on https://127.0.0.1:$FLEET_PORT; from this host trust its CA with METABOB_EXTRA_CA_CERTS=$state/tls/ca.pem"
     fi
+}
+
+# The published port: FLEET_PORT when given or kept from the last `up`, else the first port
+# from 18100 nothing on this host answers on.
+pick_port() {
+    if [ -n "${FLEET_PORT_GIVEN:-}" ] || [ -s "$state/port" ]; then
+        echo "$FLEET_PORT" >"$state/port"
+        return
+    fi
+    local p=18100
+    while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do
+        p=$((p + 1))
+        [ "$p" -lt 18200 ] || die "no free port in 18100-18199 for the ledger; set FLEET_PORT"
+    done
+    FLEET_PORT=$p
+    echo "$p" >"$state/port"
+}
+
+build_failed() {
+    tail -n 20 "$1" >&2
+    die "building the images failed; the whole output is in $1"
 }
 
 record() {
@@ -227,13 +283,40 @@ status() {
 }
 
 down() {
+    local purge=
+    case ${1:-} in
+    "") ;;
+    --purge) purge=1 ;;
+    *) die "down takes only --purge (which also removes the ledger's data and the repositories)" ;;
+    esac
     if [ "$engine" = swarm ]; then
         swarm_down
         return
     fi
+    if [ -z "$purge" ]; then
+        compose down --remove-orphans >&2 || true
+        rm -rf "$state/context"
+        log "the fleet is down; kept: the ledger's volume ${project}_ledger-data (the board, its tasks and keys) and the repositories in $repos; scripts/fleet.sh up N goes on with them, down --purge removes them"
+        return
+    fi
     compose down -v --remove-orphans >&2 || true
-    rm -rf "$state" "$dir/context" "$dir/repos"
-    log "the fleet is down"
+    docker image rm "$LEDGER_IMAGE" "$CELL_IMAGE" >/dev/null 2>&1 || true
+    rm -rf "$state"
+    log "the fleet is down and purged: removed the ledger's volume ${project}_ledger-data, the images $LEDGER_IMAGE and $CELL_IMAGE, and $state (repositories, key, certificates)"
+}
+
+stop() {
+    [ "$engine" = compose ] || die "stop and start are for the compose fleet; under swarm scale the cells: docker service scale ${project}_cell=0"
+    compose stop >&2
+    log "the fleet is stopped; everything is kept: scripts/fleet.sh start"
+}
+
+start() {
+    [ "$engine" = compose ] || die "stop and start are for the compose fleet; under swarm scale the cells: docker service scale ${project}_cell=N"
+    key >/dev/null
+    compose start >&2
+    wait_healthy
+    log "the fleet is started again"
 }
 
 # --- FLEET_ENGINE=swarm: examples/swarm/stack.yaml on the Swarm this engine manages ---
@@ -384,6 +467,8 @@ case "$cmd" in
 up) up "$@" ;;
 record) record "$@" ;;
 status) status "$@" ;;
-down) down ;;
-*) die "usage: scripts/fleet.sh up N [ORIGIN] | record ARGS... | status | down" ;;
+down) down "$@" ;;
+stop) stop ;;
+start) start ;;
+*) die "usage: scripts/fleet.sh up N [ORIGIN] | record ARGS... | status | stop | start | down [--purge]" ;;
 esac

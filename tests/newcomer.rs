@@ -281,12 +281,14 @@ fn fleet_status_with(env: &TestEnv, plugin: bool, standalone: bool) -> (Output, 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     };
     let version = if plugin { "exit 0" } else { "exit 1" };
+    // A fleet is up: its ledger container answers `ps`.
+    let ps = "case \"$*\" in *' ps -q ledger') echo ledger-container ;; esac\n";
     shim(
         "docker",
-        &format!("[ \"$1 $2\" = 'compose version' ] && {version}\nexit 0\n"),
+        &format!("[ \"$1 $2\" = 'compose version' ] && {version}\n{ps}exit 0\n"),
     );
     if standalone {
-        shim("docker-compose", "exit 0\n");
+        shim("docker-compose", &format!("{ps}exit 0\n"));
     }
     for tool in ["dirname", "cat"] {
         let real = which(tool);

@@ -1,5 +1,7 @@
-//! scripts/fleet.sh: up, record, status and down on Docker compose, its ledger on HTTPS.
+//! scripts/fleet.sh: up, record, status, down and down --purge on Docker compose, its ledger on
+//! HTTPS, two fleets on one host at once, and a fleet taken down and up again with its data.
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -22,54 +24,31 @@ fn fleet_sh(project: &str, args: &[&str]) -> Output {
     Output::from(out)
 }
 
-/// Takes the fleet down however the test ends.
+/// Where fleet.sh keeps a project's state (key, port, certificates, repositories).
+fn state(project: &str) -> PathBuf {
+    repo().join(format!("target/fleet-{project}"))
+}
+
+/// Purges the fleet however the test ends.
 struct FleetDown(String);
 
 impl Drop for FleetDown {
     fn drop(&mut self) {
-        let out = fleet_sh(&self.0, &["down"]);
+        let out = fleet_sh(&self.0, &["down", "--purge"]);
         if out.code != 0 {
-            eprintln!("scripts/fleet.sh down: {out:?}");
+            eprintln!("scripts/fleet.sh down --purge: {out:?}");
         }
     }
 }
 
-#[test]
-fn fleet_sh_brings_up_three_cells_that_close_a_recorded_task_shown_by_status() {
-    images();
-    let project = format!("mbtest-fleet-{}", std::process::id());
-    let _down = FleetDown(project.clone());
-    let up = fleet_sh(&project, &["up", "3"]);
-    assert_eq!(up.code, 0, "{up:?}");
-    assert!(
-        up.stderr.contains("3 cells are up on git://git/app.git"),
-        "{up:?}"
-    );
-    // The ledger serves HTTPS with the fleet's own CA, which the cells trust: the published
-    // port answers a client trusting that CA, and no plain HTTP.
-    assert!(up.stderr.contains("serves HTTPS"), "{up:?}");
-    let ca = repo().join("target/fleet/tls/ca.pem");
-    let health = Command::new(bin())
-        .args(["ledger", "health", "--url", "https://127.0.0.1:18100"])
-        .env("METABOB_EXTRA_CA_CERTS", &ca)
-        .env("METABOB_NO_SYSTEM_CA", "1")
-        .output()
-        .expect("ledger health");
-    let health = Output::from(health);
-    assert_eq!(health.code, 0, "{health:?}");
-    assert!(health.stdout.contains("TLS verified"), "{health:?}");
-    let plain = Command::new(bin())
-        .args(["ledger", "health", "--url", "http://127.0.0.1:18100"])
-        .output()
-        .expect("ledger health");
-    assert_eq!(Output::from(plain).code, 1, "plain HTTP on the TLS port");
-
+/// Records a task on the fleet's repository; its id.
+fn record(project: &str, summary: &str) -> String {
     let out = fleet_sh(
-        &project,
+        project,
         &[
             "record",
             "--summary",
-            "greet says hello twice",
+            summary,
             "--file",
             "greet.py",
             // No --severity: the script's header says it defaults.
@@ -80,39 +59,139 @@ fn fleet_sh_brings_up_three_cells_that_close_a_recorded_task_shown_by_status() {
     );
     assert_eq!(out.code, 0, "{out:?}");
     let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("record --json");
-    let id = v["finding_ids"][0].as_str().expect("an id").to_string();
+    v["finding_ids"][0].as_str().expect("an id").to_string()
+}
 
-    // The standing cells poll for work; the board shows the task closed by one of them.
+/// Waits until the fleet's board shows `id` closed; the last `status`.
+fn closed_on_board(project: &str, id: &str) -> Output {
     let mut last = None;
     wait_for(
-        &format!("{id} closed on the board"),
+        &format!("{id} closed on {project}'s board"),
         Duration::from_secs(180),
         || {
-            let status = fleet_sh(&project, &["status"]);
+            let status = fleet_sh(project, &["status"]);
             let closed = status.code == 0
                 && status
                     .stdout
                     .lines()
-                    .any(|l| l.trim_start().starts_with("closed") && l.contains(&id));
+                    .any(|l| l.trim_start().starts_with("closed") && l.contains(id));
             last = Some(status);
             closed
         },
     );
-    let status = last.expect("status ran");
-    assert!(status.stdout.contains("cell cell-"), "{status:?}");
-    // All three are still up, waiting for the next task.
+    last.expect("status ran")
+}
+
+fn running_cells(project: &str) -> usize {
     let running = Command::new("docker")
         .args(["ps", "-q", "--filter"])
         .arg(format!("label=com.docker.compose.project={project}"))
         .args(["--filter", "label=com.docker.compose.service=cell"])
         .output()
         .expect("docker ps");
-    let running = String::from_utf8_lossy(&running.stdout).lines().count();
-    assert_eq!(running, 3, "three cells running");
+    String::from_utf8_lossy(&running.stdout).lines().count()
+}
 
-    // Without a fleet, each step says so in one line.
-    drop(_down);
-    let out = fleet_sh(&project, &["status"]);
+fn volume_exists(project: &str) -> bool {
+    let out = Command::new("docker")
+        .args(["volume", "ls", "-q", "--filter"])
+        .arg(format!("name={project}_ledger-data"))
+        .output()
+        .expect("docker volume ls");
+    !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
+#[test]
+fn two_fleets_close_their_own_tasks_and_a_fleet_taken_down_comes_back_with_its_data() {
+    images();
+    let (a, b) = (
+        format!("mbtest-fleet-{}", std::process::id()),
+        format!("mbtest-fleet2-{}", std::process::id()),
+    );
+    let (_down_a, _down_b) = (FleetDown(a.clone()), FleetDown(b.clone()));
+    let up = fleet_sh(&a, &["up", "3"]);
+    assert_eq!(up.code, 0, "{up:?}");
+    assert!(
+        up.stderr.contains("3 cells are up on git://git/app.git"),
+        "{up:?}"
+    );
+    assert!(up.stderr.contains("/board (its key: cat "), "{up:?}");
+    // The image build's output goes to a log, not the terminal.
+    let build_log = std::fs::read_to_string(state(&a).join("build.log")).expect("build.log");
+    assert!(!build_log.trim().is_empty());
+    for builder_line in ["Step 1/", "#1 [", "Successfully built"] {
+        assert!(!up.stderr.contains(builder_line), "{up:?}");
+    }
+    let up_b = fleet_sh(&b, &["up", "1"]);
+    assert_eq!(up_b.code, 0, "{up_b:?}");
+    let port = |p: &str| std::fs::read_to_string(state(p).join("port")).expect("port kept");
+    assert_ne!(port(&a), port(&b), "each fleet publishes its own port");
+
+    // Each ledger serves HTTPS with its fleet's own CA, which its cells trust: the published
+    // port answers a client trusting that CA, and no plain HTTP.
+    for p in [&a, &b] {
+        let url = format!("https://127.0.0.1:{}", port(p).trim());
+        let health = Command::new(bin())
+            .args(["ledger", "health", "--url", &url])
+            .env("METABOB_EXTRA_CA_CERTS", state(p).join("tls/ca.pem"))
+            .env("METABOB_NO_SYSTEM_CA", "1")
+            .output()
+            .expect("ledger health");
+        let health = Output::from(health);
+        assert_eq!(health.code, 0, "{health:?}");
+        assert!(health.stdout.contains("TLS verified"), "{health:?}");
+        let plain = url.replace("https://", "http://");
+        let plain = Command::new(bin())
+            .args(["ledger", "health", "--url", &plain])
+            .output()
+            .expect("ledger health");
+        assert_eq!(Output::from(plain).code, 1, "plain HTTP on the TLS port");
+    }
+
+    let id_a = record(&a, "greet says hello twice");
+    let id_b = record(&b, "greet shouts");
+    let status = closed_on_board(&a, &id_a);
+    assert!(status.stdout.contains("cell cell-"), "{status:?}");
+    assert!(
+        !status.stdout.contains(&id_b),
+        "a's board shows only a's task"
+    );
+    let status_b = closed_on_board(&b, &id_b);
+    assert!(!status_b.stdout.contains(&id_a), "{status_b:?}");
+    assert_eq!(
+        running_cells(&a),
+        3,
+        "three cells running, waiting for more"
+    );
+
+    // Down keeps the ledger's data and the repository; up goes on with both.
+    let down = fleet_sh(&a, &["down"]);
+    assert_eq!(down.code, 0, "{down:?}");
+    assert!(down.stderr.contains("kept"), "{down:?}");
+    assert!(volume_exists(&a));
+    let out = fleet_sh(&a, &["status"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("no fleet is up"), "{out:?}");
+    let up = fleet_sh(&a, &["up", "1"]);
+    assert_eq!(up.code, 0, "{up:?}");
+    assert!(up.stderr.contains("kept repository"), "{up:?}");
+    closed_on_board(&a, &id_a);
+    let log = Command::new("git")
+        .arg("--git-dir")
+        .arg(state(&a).join("repos/app.git"))
+        .args(["log", "--format=%B", "main"])
+        .output()
+        .expect("git log");
+    let log = String::from_utf8_lossy(&log.stdout).into_owned();
+    assert!(log.contains(&format!("Fixes-Finding: {id_a}")), "{log}");
+
+    // --purge removes them and says so.
+    let purge = fleet_sh(&a, &["down", "--purge"]);
+    assert_eq!(purge.code, 0, "{purge:?}");
+    assert!(purge.stderr.contains("purged"), "{purge:?}");
+    assert!(!volume_exists(&a));
+    assert!(!state(&a).exists());
+    let out = fleet_sh(&a, &["status"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.contains("no fleet is up"), "{out:?}");
 }
