@@ -11,6 +11,7 @@ use std::process::Command;
 
 use serde_json::json;
 
+use crate::ledger::family_of;
 use crate::support::TestEnv;
 
 const ALERTS: &str = concat!(
@@ -94,24 +95,6 @@ fn selectors(text: &str) -> Vec<(String, Vec<(String, String)>)> {
         rest = &tail[end..];
     }
     found
-}
-
-/// The family a sample name belongs to, given the scrape's `# TYPE` lines: a gauge by its own
-/// name, a counter's `_total`, a histogram's `_bucket`, `_sum` and `_count`, as OpenMetrics
-/// names samples.
-fn family_of(sample: &str, types: &BTreeMap<String, String>) -> Option<String> {
-    let is = |family: &str, kind: &str| types.get(family).is_some_and(|k| k == kind);
-    if is(sample, "gauge") {
-        return Some(sample.to_string());
-    }
-    if let Some(f) = sample.strip_suffix("_total").filter(|f| is(f, "counter")) {
-        return Some(f.to_string());
-    }
-    ["_bucket", "_sum", "_count"]
-        .iter()
-        .filter_map(|s| sample.strip_suffix(s))
-        .find(|f| is(f, "histogram"))
-        .map(str::to_string)
 }
 
 #[test]

@@ -66,14 +66,7 @@ fn a_new_ledger_keeps_its_directory_files_and_backups_to_its_user() {
         assert_eq!(mode(file), 0o600, "{}", file.display());
     }
     let to = env.path("backup.db");
-    let out = env.run(&[
-        "ledger",
-        "backup",
-        "--data",
-        &data.display().to_string(),
-        "--to",
-        &to.display().to_string(),
-    ]);
+    let out = super::backup_to(&env, &data, &to);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(mode(&to), 0o600, "the backup");
     let said = std::fs::read_to_string(&log).expect("the log");

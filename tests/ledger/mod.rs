@@ -9,6 +9,7 @@ mod files;
 mod limits;
 mod metrics;
 mod prometheus;
+pub(crate) use prometheus::family_of;
 mod restore;
 mod shapes;
 mod tls;
@@ -102,4 +103,20 @@ fn id(concept: &Value) -> String {
 
 fn ids(list: &Value) -> Vec<String> {
     list.as_array().expect("array").iter().map(id).collect()
+}
+
+/// `ledger backup --data DATA --to TO`, run to its end.
+fn backup_to(
+    env: &crate::support::TestEnv,
+    data: &std::path::Path,
+    to: &std::path::Path,
+) -> crate::support::Output {
+    env.run(&[
+        "ledger",
+        "backup",
+        "--data",
+        &data.display().to_string(),
+        "--to",
+        &to.display().to_string(),
+    ])
 }

@@ -293,8 +293,9 @@ fn metric_names(expr: &str) -> Vec<String> {
 }
 
 /// The family a sample name belongs to, given the scrape's `# TYPE` lines: a gauge by its own
-/// name, a counter's `_total`, a histogram's `_bucket`, `_sum` and `_count`.
-fn family_of(sample: &str, types: &BTreeMap<String, String>) -> Option<String> {
+/// name, a counter's `_total`, a histogram's `_bucket`, `_sum` and `_count`, as OpenMetrics
+/// names samples.
+pub(crate) fn family_of(sample: &str, types: &BTreeMap<String, String>) -> Option<String> {
     let is = |family: &str, kind: &str| types.get(family).is_some_and(|k| k == kind);
     if is(sample, "gauge") {
         return Some(sample.to_string());

@@ -118,14 +118,7 @@ fn a_restored_backup_is_what_the_ledger_serves_after_a_restart() {
     let (_, k) = l.create_key(&env, "default", "read,write");
     let before = write_many(&l, &k, "kept", 30);
     let backup = env.path("backup.db");
-    let out = env.run(&[
-        "ledger",
-        "backup",
-        "--data",
-        &data.display().to_string(),
-        "--to",
-        &backup.display().to_string(),
-    ]);
+    let out = super::backup_to(&env, &data, &backup);
     assert_eq!(out.code, 0, "{out:?}");
     let after = write_many(&l, &k, "later", 20);
     assert_eq!(shape_ids(&l, &k, "later"), after);
@@ -205,14 +198,7 @@ fn restore_refuses_a_serving_ledger_a_corrupt_or_foreign_file_and_a_store() {
     let (_, k) = l.create_key(&env, "default", "read,write");
     let rows = write_many(&l, &k, "mine", 10);
     let backup = env.path("backup.db");
-    let out = env.run(&[
-        "ledger",
-        "backup",
-        "--data",
-        &data.display().to_string(),
-        "--to",
-        &backup.display().to_string(),
-    ]);
+    let out = super::backup_to(&env, &data, &backup);
     assert_eq!(out.code, 0, "{out:?}");
 
     // While it serves, even idle: refused, and it serves on untouched.
