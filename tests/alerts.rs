@@ -9,9 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::json;
-
-use crate::ledger::family_of;
+use crate::ledger::{family_of, ledger_with_a_claim};
 use crate::support::TestEnv;
 
 const ALERTS: &str = concat!(
@@ -106,20 +104,7 @@ fn every_metabob_series_the_alerts_select_is_one_a_ledger_exposes() {
     // A ledger with a task that a take claimed, so the take counter has its `claimed` sample;
     // the task and cell gauges have every state of every repository and org.
     let env = TestEnv::new();
-    let ledger = env.ledger("alerts", &[]);
-    let (_, key) = ledger.create_key(&env, "default", "read,write");
-    let task = env.record_task("https://example.invalid/acme/app.git", "first", "HIGH");
-    let task = task["concept_id"].as_str().expect("a concept id");
-    let (status, v) = ledger.resolve(
-        &key,
-        json!({"type": "taskTake_write", "take": {
-            "candidates": [task], "vessel_id": "cell-a", "session": "s1", "claim_minutes": 30}}),
-    );
-    assert_eq!(
-        (status, &v["taken"]["outcome"]),
-        (200, &json!("claimed")),
-        "{v}"
-    );
+    let (ledger, _key) = ledger_with_a_claim(&env, "alerts");
     // Keyless, as the host's own Prometheus scrapes a loopback ledger.
     let (status, text) = ledger.http("GET", "/metrics", None, "");
     assert_eq!(status, 200, "{text}");

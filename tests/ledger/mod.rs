@@ -9,7 +9,7 @@ mod files;
 mod limits;
 mod metrics;
 mod prometheus;
-pub(crate) use prometheus::family_of;
+pub(crate) use prometheus::{family_of, ledger_with_a_claim};
 mod restore;
 mod shapes;
 mod tls;

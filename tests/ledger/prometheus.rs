@@ -292,6 +292,26 @@ fn metric_names(expr: &str) -> Vec<String> {
     names
 }
 
+/// A ledger on which one task was recorded and claimed by a take, so the take counter has its
+/// `claimed` sample and the task and cell gauges have their series; and its read-write key.
+pub(crate) fn ledger_with_a_claim(env: &TestEnv, name: &str) -> (crate::support::Ledger, String) {
+    let ledger = env.ledger(name, &[]);
+    let (_, key) = ledger.create_key(env, "default", "read,write");
+    let task = env.record_task("https://example.invalid/acme/app.git", "first", "HIGH");
+    let task = task["concept_id"].as_str().expect("a concept id");
+    let (status, v) = ledger.resolve(
+        &key,
+        json!({"type": "taskTake_write", "take": {
+            "candidates": [task], "vessel_id": "cell-a", "session": "s1", "claim_minutes": 30}}),
+    );
+    assert_eq!(
+        (status, &v["taken"]["outcome"]),
+        (200, &json!("claimed")),
+        "{v}"
+    );
+    (ledger, key)
+}
+
 /// The family a sample name belongs to, given the scrape's `# TYPE` lines: a gauge by its own
 /// name, a counter's `_total`, a histogram's `_bucket`, `_sum` and `_count`, as OpenMetrics
 /// names samples.
@@ -538,20 +558,7 @@ fn the_grafana_dashboard_queries_every_family_a_ledger_exposes_and_no_other() {
 
     // A ledger that has served a take and a claim, so every labelled family has samples.
     let env = TestEnv::new();
-    let ledger = env.ledger("dashboard", &[]);
-    let (_, key) = ledger.create_key(&env, "default", "read,write");
-    let task = env.record_task("https://example.invalid/acme/app.git", "first", "HIGH");
-    let task = task["concept_id"].as_str().expect("a concept id");
-    let (status, v) = ledger.resolve(
-        &key,
-        json!({"type": "taskTake_write", "take": {
-            "candidates": [task], "vessel_id": "cell-a", "session": "s1", "claim_minutes": 30}}),
-    );
-    assert_eq!(
-        (status, &v["taken"]["outcome"]),
-        (200, &json!("claimed")),
-        "{v}"
-    );
+    let (ledger, key) = ledger_with_a_claim(&env, "dashboard");
     let (status, text) = ledger.http("GET", "/metrics", Some(&key), "");
     assert_eq!(status, 200, "{text}");
     let types: BTreeMap<String, String> = text
