@@ -25,7 +25,7 @@
 #                  deploys with no cells, hands them the key as a Swarm secret and scales them to
 #                  N, `record` and `status` run in a one-off container on the stack's network,
 #                  and `down` removes the stack and waits until its services, containers and
-#                  network are gone, then removes its volume
+#                  network are gone; its volume and repositories are kept unless --purge
 #   METABOB_BIN    a metabob-mcp binary to put in the images (default: cargo build --release)
 #   BASE_IMAGE     the images' base (default: debian:bookworm-slim when the engine has it, else
 #                  the offline base from images/base/build.sh)
@@ -290,7 +290,7 @@ down() {
     *) die "down takes only --purge (which also removes the ledger's data and the repositories)" ;;
     esac
     if [ "$engine" = swarm ]; then
-        swarm_down
+        swarm_down "$purge"
         return
     fi
     if [ -z "$purge" ]; then
@@ -425,7 +425,7 @@ swarm_mb() {
     local k
     k=$(key)
     docker network inspect "$network" >/dev/null 2>&1 \
-        || die "the stack's network $network is gone; run: FLEET_ENGINE=swarm scripts/fleet.sh down, then up N"
+        || die "no fleet is up (a fleet that was taken down keeps its data in $state); run: FLEET_ENGINE=swarm scripts/fleet.sh up N"
     METABOB_API_KEY=$k docker run --rm --network "$network" -e METABOB_API_KEY \
         -e DISCOVERY_ENDPOINT=http://ledger:18100 --entrypoint metabob-mcp "$cell_image" "$@"
 }
@@ -438,7 +438,7 @@ stack_leftovers() {
 }
 
 swarm_down() {
-    local deadline=$((SECONDS + fleet_wait)) left
+    local purge=$1 deadline=$((SECONDS + fleet_wait)) left
     if [ "$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)" = active ]; then
         # Removing a service stops its tasks with TERM: each cell gives its claim back.
         docker stack rm "$project" >/dev/null 2>&1 || true
@@ -449,6 +449,11 @@ swarm_down() {
         done
         docker secret rm "${project}_key" >/dev/null 2>&1 || true
     fi
+    if [ -z "$purge" ]; then
+        rm -rf "$state/context"
+        log "the fleet is down; kept: the ledger's volume ${project}_ledger-data (the board, its tasks and keys) and the repositories in $repos; FLEET_ENGINE=swarm scripts/fleet.sh up N goes on with them, down --purge removes them"
+        return
+    fi
     # A volume stays busy for a moment after the last container using it is removed.
     until left=$(docker volume ls -q --filter "label=$stack_label") && [ -z "$left" ]; do
         # shellcheck disable=SC2086 # one volume name per word
@@ -458,7 +463,7 @@ swarm_down() {
         sleep 1
     done
     rm -rf "$state"
-    log "the fleet is down"
+    log "the fleet is down and purged: removed the ledger's volume ${project}_ledger-data and $state (repositories, key, image context)"
 }
 
 cmd=${1:-}

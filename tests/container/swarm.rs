@@ -1,6 +1,7 @@
 //! scripts/fleet.sh with FLEET_ENGINE=swarm: examples/swarm/stack.yaml deployed on this engine's
 //! Swarm (a one-node swarm made for the test when the engine is in none), the cells scaled up
-//! while the fleet stands, and everything the stack made gone after `down`.
+//! while the fleet stands, its data kept by `down`, and everything the stack made gone after
+//! `down --purge`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -174,9 +175,9 @@ struct FleetDown<'a>(&'a Site);
 
 impl Drop for FleetDown<'_> {
     fn drop(&mut self) {
-        let out = self.0.fleet_sh(&["down"]);
+        let out = self.0.fleet_sh(&["down", "--purge"]);
         if out.code != 0 {
-            eprintln!("scripts/fleet.sh down: {out:?}");
+            eprintln!("scripts/fleet.sh down --purge: {out:?}");
         }
     }
 }
@@ -299,9 +300,19 @@ fn fleet_sh_on_swarm_scales_cells_that_take_work_and_down_leaves_nothing() {
         "{closed:?}"
     );
 
+    // Down keeps the ledger's volume and the state (repositories, key) for the next up.
     let out = site.fleet_sh(&["down"]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stderr.contains("the fleet is down"), "{out:?}");
+    assert!(out.stderr.contains("the fleet is down; kept"), "{out:?}");
+    assert_ne!(labelled(&["volume", "ls"], &project), Vec::<String>::new());
+    assert!(site.state().join("repos/app.git").exists());
+    let out = site.fleet_sh(&["status"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("no fleet is up"), "{out:?}");
+
+    let out = site.fleet_sh(&["down", "--purge"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("purged"), "{out:?}");
     let stacks = docker(&["stack", "ls", "--format", "{{.Name}}"]);
     assert_eq!(stacks.code, 0, "{stacks:?}");
     assert!(!stacks.stdout.lines().any(|l| l == project), "{stacks:?}");
