@@ -2,15 +2,15 @@
 //! is the ledger; `ledger restore` puts a backup in place, and refuses, in one line each, a
 //! serving ledger, a file that is no ledger, and a PostgreSQL store.
 //!
-//! SQLite only: each test runs its ledgers with `ledger_in` (always SQLite) and returns early on
-//! the PostgreSQL run, which has nothing of its own to check here.
+//! SQLite only: each test runs its ledgers with `ledger_in`, which is SQLite whatever store the
+//! run puts the other ledgers on, so the PostgreSQL run checks the same thing again.
 
 use std::path::Path;
 
 use serde_json::json;
 
 use super::{create, id, ids, resolve};
-use crate::support::{Ledger, Output, TestEnv, on_postgres};
+use crate::support::{Ledger, Output, TestEnv};
 
 /// The ids of every concept of `shape` the ledger serves, sorted.
 fn shape_ids(l: &Ledger, k: &str, shape: &str) -> Vec<String> {
@@ -62,9 +62,6 @@ fn restore(env: &TestEnv, data: &Path, from: &Path) -> Output {
 /// ledger. Before the checkpoint on stop, the copy held a 4 KB file with no tables.
 #[test]
 fn a_sigterm_folds_the_wal_into_ledger_db_which_alone_holds_every_acknowledged_write() {
-    if on_postgres() {
-        return;
-    }
     let env = TestEnv::new();
     let data = env.path("served");
     let mut l = env.ledger_in(data.clone(), &[]);
@@ -109,9 +106,6 @@ fn a_sigterm_folds_the_wal_into_ledger_db_which_alone_holds_every_acknowledged_w
 /// the ones written after it; no stale WAL or temporary file is left beside it.
 #[test]
 fn a_restored_backup_is_what_the_ledger_serves_after_a_restart() {
-    if on_postgres() {
-        return;
-    }
     let env = TestEnv::new();
     let data = env.path("served");
     let mut l = env.ledger_in(data.clone(), &[]);
@@ -189,10 +183,6 @@ fn restore_refuses_a_serving_ledger_a_corrupt_or_foreign_file_and_a_store() {
     ]);
     one_line_refusal(&out, "restore a PostgreSQL store with pg_restore");
     assert!(!out.stderr.contains("hunter2pass"), "{out:?}");
-    if on_postgres() {
-        return;
-    }
-
     let data = env.path("served");
     let mut l = env.ledger_in(data.clone(), &[]);
     let (_, k) = l.create_key(&env, "default", "read,write");
