@@ -272,3 +272,230 @@ fn an_origin_that_is_down_parks_nothing_and_its_tasks_are_pulled_once_it_is_back
     want.sort();
     assert_eq!(pulled, want);
 }
+
+/// The events of `task show --json`, as `kind by` words in order.
+/// The vessel id `task pull` gave `cell`, as its task.json recorded it.
+fn vessel(w: &World, cell: &str) -> String {
+    let task = std::fs::read_to_string(w.env.path(&format!("{cell}/task/task.json"))).unwrap();
+    serde_json::from_str::<Value>(&task).unwrap()["vessel_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// An operator's command, as vessel `ops`.
+fn ops(w: &World, args: &[&str]) -> Output {
+    Output::from(w.env.cmd(args).env("VESSEL_ID", "ops").output().unwrap())
+}
+
+fn shown_events(w: &World, id: &str) -> (Value, Vec<String>) {
+    let out = w.env.run(&["task", "show", id, "--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let h = json(&out);
+    let events = h["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} by {}",
+                e["kind"].as_str().unwrap(),
+                e["by"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    (h, events)
+}
+
+#[test]
+fn task_show_gives_every_attempt_in_order_and_cancel_withdraws_a_task_for_good() {
+    let w = world(&[]);
+    let id = w.record("HIGH", "a.py", "");
+    assert_eq!(w.fail("c1", &[]).code, 0);
+    assert_eq!(w.fail("c2", &[]).code, 0);
+    assert!(w.in_group("parked", &id).is_some());
+    assert_eq!(ops(&w, &["task", "reopen", &id]).code, 0);
+    let (c1, c2) = (vessel(&w, "c1"), vessel(&w, "c2"));
+
+    let (h, events) = shown_events(&w, &id);
+    assert_eq!(h["task"]["task_id"], id.as_str(), "{h}");
+    assert_eq!(h["task"]["group"], "open", "{h}");
+    assert_eq!(
+        events,
+        [
+            format!("claimed by {c1}"),
+            format!("task failed by {c1}"),
+            format!("claimed by {c2}"),
+            format!("task failed by {c2}"),
+            format!("parked by {c2}"),
+            "reopened by ops".to_string(),
+        ],
+        "{h}"
+    );
+    let attempts = h["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{h}");
+    for (a, cell) in attempts.iter().zip([&c1, &c2]) {
+        assert_eq!(a["vessel_id"], cell.as_str(), "{h}");
+        assert_eq!(a["ending"], "released", "{h}");
+        assert!(a["duration_ms"].as_i64().unwrap() >= 0, "{h}");
+        assert_eq!(a["reason"], "task failed: the harness failed", "{h}");
+    }
+    let text = w.env.run(&["task", "show", &id]);
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(
+        text.stdout
+            .starts_with(&format!("{id} fix a.py (HIGH, open)\n")),
+        "{text:?}"
+    );
+    assert!(
+        text.stdout.contains(&format!("attempts (2)\n  {c1} ")),
+        "{text:?}"
+    );
+    assert!(
+        text.stdout
+            .contains(", released: task failed: the harness failed\n"),
+        "{text:?}"
+    );
+    assert!(
+        text.stdout
+            .contains(&format!(" parked by {c2}: 2 cells failed it")),
+        "{text:?}"
+    );
+
+    // Cancelled: closed on the board with its reason, offered to no cell, never reopened.
+    let out = ops(
+        &w,
+        &[
+            "task",
+            "cancel",
+            &id,
+            "--reason",
+            "superseded by the rewrite",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        format!("cancel {id}: cancelled by ops: no cell is offered it again")
+    );
+    let closed = w.in_group("closed", &id).expect("closed on the board");
+    assert_eq!(
+        closed["verdict"], "cancelled: superseded by the rewrite",
+        "{closed}"
+    );
+    assert_eq!(w.pull("c3").0, 3, "a cancelled task is offered to no cell");
+    let out = w.env.run(&["task", "reopen", &id]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let out = w.env.run(&["task", "cancel", &id, "--reason", "again"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.lines().next().unwrap_or_default(),
+        format!("error: task cancel: {id}: the task is already closed (cancelled): nothing to do"),
+        "{out:?}"
+    );
+    let (h, events) = shown_events(&w, &id);
+    assert_eq!(h["task"]["group"], "closed", "{h}");
+    assert_eq!(events.last().unwrap(), "cancelled by ops", "{h}");
+
+    // Nothing of the kind: one line each.
+    let out = w.env.run(&["task", "show", "agf_nosuchtask"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("task show: no task agf_nosuchtask in this key's org"),
+        "{out:?}"
+    );
+    let out = w
+        .env
+        .run(&["task", "cancel", "agf_nosuchtask", "--reason", "x"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("no task agf_nosuchtask in this key's org"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn release_force_frees_a_dead_cells_claim_and_the_old_holder_cannot_renew_it() {
+    let mut w = world(&[]);
+    let id = w.record("HIGH", "a.py", "");
+    assert_eq!(w.pull("c1").0, 0);
+    assert_eq!(w.pull("c2").0, 4, "c1 holds it");
+
+    let c1 = vessel(&w, "c1");
+    let out = ops(
+        &w,
+        &[
+            "task",
+            "release",
+            &id,
+            "--force",
+            "--reason",
+            "c1's host died",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        format!("release {id}: freed the claim {c1} held")
+    );
+    assert!(w.in_group("open", &id).is_some(), "{:?}", w.board("open"));
+    let (code, v) = w.pull("c2");
+    assert_eq!(
+        (code, v["task"]["task_id"].as_str()),
+        (0, Some(id.as_str())),
+        "{v}"
+    );
+    // c1 was not dead after all: its claim is gone, and c2's stands.
+    let renew = w
+        .env
+        .run(&["task", "renew", "--task-dir", &w.task_dir("c1")]);
+    assert_eq!(renew.code, 1, "{renew:?}");
+    let c2 = vessel(&w, "c2");
+    assert!(
+        renew
+            .stderr
+            .contains(&format!("{c2} holds this claim, not {c1}")),
+        "{renew:?}"
+    );
+    let (h, events) = shown_events(&w, &id);
+    assert_eq!(
+        events,
+        [
+            format!("claimed by {c1}"),
+            format!("claim withdrawn by {c1}"),
+            format!("claimed by {c2}")
+        ],
+        "{h}"
+    );
+    assert_eq!(
+        h["attempts"][0]["reason"], "released by ops (forced): c1's host died",
+        "{h}"
+    );
+
+    // Nobody holds a task once it is released; a plain release names no task.
+    let out = w.env.run(&["task", "release", &id, "--force"]);
+    assert_eq!(out.code, 0, "c2 held it: {out:?}");
+    let out = w.env.run(&["task", "release", &id, "--force"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("nobody holds the task's claim: there is nothing to release"),
+        "{out:?}"
+    );
+    let out = w.env.run(&["task", "release", &id]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains("required arguments were not provided")
+            && out.stderr.contains("--force"),
+        "a task id without --force is refused by name: {out:?}"
+    );
+
+    // A read-only key writes nothing.
+    let (_, read) = w._ledger.create_key(&w.env, "default", "read");
+    w.env.set("METABOB_API_KEY", read);
+    let out = w.env.run(&["task", "cancel", &id, "--reason", "no"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(w.in_group("open", &id).is_some());
+}

@@ -4,12 +4,15 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult, Exit};
-use metabob_cell::task_claim::{GiveBack, renew_or_release, reopen_task};
+use metabob_cell::task_claim::{GiveBack, ask_about_task, renew_or_release, reopen_task};
 use metabob_cell::task_pull::{self, PullOptions, PullStatus};
 use metabob_wire::board::{Board, Entry};
 use metabob_wire::claims::ClaimOutcome;
 use metabob_wire::env::Env;
 use metabob_wire::parking::{Parked, Reopen};
+use metabob_wire::task_action::{
+    ActionDone, TASK_ACTION_SHAPE, TASK_HISTORY_SHAPE, TaskAction, TaskHistory,
+};
 use serde::Deserialize;
 
 /// A cell's task: take one from the ledger, keep its claim alive or give it back; put a parked
@@ -20,7 +23,8 @@ Examples:
   metabob-mcp task pull --origin https://git.lan/app.git --task-dir ./task --work-dir ./work
   metabob-mcp task renew --task-dir ./task
   metabob-mcp task release --task-dir ./task --reason \"giving up\"
-  metabob-mcp task list")]
+  metabob-mcp task list
+  metabob-mcp task show agf_0123456789abcdef")]
 pub struct TaskArgs {
     #[command(subcommand)]
     pub command: TaskCommand,
@@ -34,6 +38,8 @@ impl TaskArgs {
             TaskCommand::Release(a) => &mut a.claim.connect,
             TaskCommand::Reopen(a) => &mut a.connect,
             TaskCommand::List(a) => &mut a.connect,
+            TaskCommand::Show(a) => &mut a.connect,
+            TaskCommand::Cancel(a) => &mut a.connect,
         }
     }
 }
@@ -48,7 +54,8 @@ pub enum TaskCommand {
     Pull(PullArgs),
     /// Renew the claim recorded in task.json (the entrypoint's heartbeat).
     Renew(RenewArgs),
-    /// Release the claim recorded in task.json, so another cell takes the task at once.
+    /// Release the claim recorded in task.json, so another cell takes the task at once; with
+    /// TASK_ID --force, free the claim whoever holds it (a dead cell's; needs a write key).
     Release(ReleaseArgs),
     /// Put a parked task back on the board, so cells are offered it again (needs a write key).
     Reopen(ReopenArgs),
@@ -56,6 +63,46 @@ pub enum TaskCommand {
     /// tasks, as the ledger's `taskBoard` derives them. Exit 0, 2 not attached, 1 any other
     /// failure.
     List(ListArgs),
+    /// One task's history: every claim, renewal, failure (with the harness's last lines),
+    /// park, reopening and verdict in order, and each attempt with its duration.
+    Show(ShowArgs),
+    /// Withdraw a task for good, with a reason: no cell is offered it again and it cannot be
+    /// reopened (needs a write key).
+    Cancel(CancelArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task show agf_0123456789abcdef
+  metabob-mcp task show agf_0123456789abcdef --json")]
+pub struct ShowArgs {
+    /// The task's id (`agf_…`) or its concept id.
+    #[arg(value_name = "TASK_ID")]
+    pub task: String,
+    /// Print the history as the ledger answered it, as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task cancel agf_0123456789abcdef --reason \"superseded by agf_fedcba9876543210\"")]
+pub struct CancelArgs {
+    /// The task's id (`agf_…`) or its concept id.
+    #[arg(value_name = "TASK_ID")]
+    pub task: String,
+    /// Why, recorded on the task and shown on the board.
+    #[arg(long)]
+    pub reason: String,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
@@ -150,8 +197,15 @@ pub struct RenewArgs {
 #[command(after_help = "\
 Examples:
   metabob-mcp task release --reason \"rebase conflict on src/parse.py\"
-  metabob-mcp task release --failed --reason \"tests still fail\" --task-dir ./task")]
+  metabob-mcp task release --failed --reason \"tests still fail\" --task-dir ./task
+  metabob-mcp task release agf_0123456789abcdef --force --reason \"cell-3 is gone\"")]
 pub struct ReleaseArgs {
+    /// With --force: the task whose claim to free, whoever holds it.
+    #[arg(value_name = "TASK_ID", requires = "force")]
+    pub task: Option<String>,
+    /// Free the claim of TASK_ID on its holder's behalf (a cell that died holding it).
+    #[arg(long, requires = "task", conflicts_with = "failed")]
+    pub force: bool,
     #[command(flatten)]
     pub claim: ClaimArgs,
     /// Why the task is given back, recorded on the withdrawal.
@@ -174,6 +228,13 @@ pub async fn run(args: TaskArgs, env: Env) -> CliResult {
             let given = GiveBack::Renew { minutes: a.minutes };
             claim(a.claim, given, env).await
         }
+        TaskCommand::Release(ReleaseArgs {
+            task: Some(task),
+            force: true,
+            reason,
+            claim,
+            ..
+        }) => act(TaskAction::Release, task, reason, claim.json, env).await,
         TaskCommand::Release(a) => {
             let given = if a.failed {
                 GiveBack::Fail {
@@ -187,6 +248,142 @@ pub async fn run(args: TaskArgs, env: Env) -> CliResult {
         }
         TaskCommand::Reopen(a) => reopen(a, env).await,
         TaskCommand::List(a) => list(a, env).await,
+        TaskCommand::Show(a) => show(a, env).await,
+        TaskCommand::Cancel(a) => {
+            act(TaskAction::Cancel, a.task, Some(a.reason), a.json, env).await
+        }
+    }
+}
+
+/// The answer of `shape` read into its model, or one line saying it is none.
+fn read_answer<T: serde::de::DeserializeOwned>(
+    command: &str,
+    shape: &str,
+    answer: &serde_json::Value,
+) -> Result<T, CliError> {
+    T::deserialize(answer).map_err(|e| {
+        CliError::failure(format!(
+            "{command}: the ledger's {shape} answer does not read: {}",
+            metabob_wire::util::one_line(&e.to_string(), 200)
+        ))
+        .hint("check that --ledger names a metabob ledger (`ledger serve`), which answers it")
+    })
+}
+
+/// Thin: the history is the ledger's (`taskHistory`, SPEC.md §Operator actions).
+async fn show(a: ShowArgs, env: Env) -> CliResult {
+    let answer = ask_about_task(&a.task, None, None, env)
+        .await
+        .map_err(|e| super::cell_error("task show", e))?;
+    let history: TaskHistory = read_answer("task show", TASK_HISTORY_SHAPE, &answer)?;
+    if history.task.is_none() {
+        return Err(CliError::failure(format!(
+            "task show: no task {} in this key's org",
+            metabob_wire::util::one_line(&a.task, 200)
+        ))
+        .hint("`metabob-mcp task list` names the tasks"));
+    }
+    if a.json {
+        super::print_json(&answer)?;
+    } else {
+        metabob_wire::out!("{}", history_text(&history));
+    }
+    Ok(Exit::Ok)
+}
+
+/// A history as text: the task, its attempts with their durations, then every row in order.
+pub fn history_text(h: &TaskHistory) -> String {
+    let mut out = String::new();
+    if let Some(t) = &h.task {
+        out.push_str(&format!(
+            "{} {} ({}, {})\n  repository {}\n  recorded {} by {}\n",
+            t.task_id,
+            t.summary,
+            t.severity,
+            t.group,
+            t.repository.as_deref().unwrap_or("-"),
+            t.recorded_at,
+            t.recorded_by.as_deref().unwrap_or("-"),
+        ));
+    }
+    out.push_str(&format!("attempts ({})\n", h.attempts.len()));
+    for a in &h.attempts {
+        let took = a.duration_ms.map_or_else(|| "-".into(), took);
+        out.push_str(&format!(
+            "  {} {} for {took}, {}{}\n",
+            a.vessel_id,
+            a.began_at,
+            a.ending,
+            a.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    out.push_str(&format!("events ({})\n", h.events.len()));
+    for e in &h.events {
+        out.push_str(&format!(
+            "  {} {}{}{}\n",
+            e.at,
+            e.kind,
+            e.by.as_deref()
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default(),
+            e.detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// A duration to the second: `45s`, `12m 5s`, `2h 0m 9s`.
+fn took(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, sec) => format!("{m}m {sec}s"),
+        (h, m, sec) => format!("{h}h {m}m {sec}s"),
+    }
+}
+
+/// An operator's action: the ledger decides and writes it (`taskAction_write`).
+async fn act(
+    action: TaskAction,
+    task: String,
+    reason: Option<String>,
+    json: bool,
+    env: Env,
+) -> CliResult {
+    let command = format!("task {}", action.as_str());
+    let answer = ask_about_task(&task, Some(action), reason.as_deref(), env)
+        .await
+        .map_err(|e| super::cell_error(&command, e))?;
+    if json {
+        super::print_json(&answer)?;
+    }
+    match answer.get("outcome").and_then(serde_json::Value::as_str) {
+        Some("done") => {
+            let done: ActionDone = read_answer(&command, TASK_ACTION_SHAPE, &answer)?;
+            if !json {
+                metabob_wire::outln!("{} {}: {}", done.action.as_str(), done.task_id, done.done);
+            }
+            Ok(Exit::Ok)
+        }
+        Some(_) => {
+            let detail = answer.get("detail").and_then(serde_json::Value::as_str);
+            Err(CliError::failure(format!(
+                "{command}: {}: {}",
+                metabob_wire::util::one_line(&task, 200),
+                metabob_wire::util::one_line(detail.unwrap_or("refused"), 300)
+            )))
+        }
+        None => Err(
+            CliError::failure(format!("{command}: the ledger's answer names no outcome")).hint(
+                "check that --ledger names a metabob ledger (`ledger serve`), which answers it",
+            ),
+        ),
     }
 }
 

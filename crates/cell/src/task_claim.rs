@@ -14,6 +14,7 @@ use metabob_net::attachment::{Attachment, vessel_id};
 use metabob_wire::env::Env;
 use metabob_wire::finding::{FINDING_SHAPE, Finding};
 use metabob_wire::row::read_rows;
+use metabob_wire::task_action::{TASK_ACTION_SHAPE, TASK_HISTORY_SHAPE, TaskAction};
 
 /// What the entrypoint does with the claim it holds.
 #[derive(Clone, Debug)]
@@ -110,4 +111,34 @@ async fn find_task(att: &Attachment, id: &str) -> Result<Finding, CellError> {
             .find(|f| f.has_id(id))
     };
     finding.filter(Finding::is_task).ok_or_else(not_found)
+}
+
+/// Asks the ledger one of its own task shapes: `taskHistory` or `taskAction_write` (SPEC.md
+/// §Operator actions). An action is decided and written by the ledger in one write, in the name
+/// of this vessel (else "operator"); the answer comes back as the ledger gave it.
+pub async fn ask_about_task(
+    task: &str,
+    action: Option<TaskAction>,
+    reason: Option<&str>,
+    mut env: Env,
+) -> Result<serde_json::Value, CellError> {
+    let cwd = env.cwd().to_path_buf();
+    let att = super::attach_once(&mut env, &cwd).await?;
+    let (shape, pointer) = match action {
+        None => (
+            TASK_HISTORY_SHAPE,
+            serde_json::json!({ "type": TASK_HISTORY_SHAPE, "task": task }),
+        ),
+        Some(action) => {
+            let by = vessel_id(&env, &cwd).unwrap_or_else(|| "operator".to_string());
+            let mut p = serde_json::json!({
+                "type": TASK_ACTION_SHAPE, "task": task, "action": action.as_str(), "by": by,
+            });
+            if let Some(reason) = reason {
+                p["reason"] = reason.into();
+            }
+            (TASK_ACTION_SHAPE, p)
+        }
+    };
+    Ok(att.resolve(pointer).await?.ok(shape)?)
 }

@@ -173,6 +173,27 @@ fn read_shape(
     Ok((out, true))
 }
 
+/// The board group (`board::GROUPS`) one task stands in, by the same weighing as the board's.
+pub fn group_of(task: &Finding, rows: Vec<TaskRow>, now_ms: i64) -> &'static str {
+    let mut one = Gathered::default();
+    one.add(task, rows, now_ms);
+    let Some(repo) = one.repos.into_values().next() else {
+        return "open";
+    };
+    let sizes = [
+        repo.open.len(),
+        repo.claimed.len(),
+        repo.pending.len(),
+        repo.closed.len(),
+        repo.withdrawn.len(),
+        repo.parked.len(),
+    ];
+    sizes
+        .iter()
+        .position(|n| *n > 0)
+        .map_or("open", |i| metabob_wire::board::GROUPS[i])
+}
+
 /// What the board gathers as it weighs each task.
 #[derive(Default)]
 struct Gathered {
@@ -224,7 +245,12 @@ impl Gathered {
         match standing(&verdicts) {
             Standing::Closed { verdict } => repo.closed.push(ClosedTask {
                 task: base,
-                verdict: verdict.kind.line(),
+                verdict: match (verdict.kind, &verdict.reason) {
+                    (VerdictKind::Cancelled, Some(why)) => {
+                        format!("cancelled: {}", one_line(why, TEXT_CHARS))
+                    }
+                    (kind, _) => kind.line(),
+                },
                 fix_commit: verdict.fix_commit.clone(),
                 closed_by: who(&verdict),
                 closed_at: Some(rfc3339_ms(verdict.created_ms)),

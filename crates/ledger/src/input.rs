@@ -23,6 +23,13 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// The fields of a pointer the ledger composed itself (always an object; anything else
+    /// reads as one with no fields).
+    pub fn composed(pointer: &'a Value) -> Self {
+        static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+        Fields::new(pointer.as_object().unwrap_or(&EMPTY), "")
+    }
+
     fn err(&self, name: &str, what: &str) -> ApiError {
         ApiError::bad(format!("{}{name}: {what}", self.prefix))
     }

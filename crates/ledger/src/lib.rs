@@ -31,6 +31,7 @@ pub mod routes;
 pub mod row_ids;
 pub mod sql;
 pub mod take;
+pub mod task_actions;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

@@ -164,6 +164,7 @@ const OWN_WRITES: &[&str] = &[
     "conceptLink_write",
     "conceptUsage_write",
     metabob_wire::claims::TAKE_SHAPE,
+    metabob_wire::task_action::TASK_ACTION_SHAPE,
 ];
 
 /// A request body's pointer and its shape, or the 400 that names what is wrong.
@@ -256,6 +257,14 @@ pub async fn dispatch(
                 .read(&key.org_id, budget, move |c| req.run(c, &org, now))
                 .await?)
         }
+        metabob_wire::task_action::TASK_HISTORY_SHAPE => {
+            let req = super::task_actions::HistoryRequest::parse(&p)?;
+            let now = metabob_wire::util::now_ms();
+            ok(ledger
+                .db
+                .read(&key.org_id, budget, move |c| req.run(c, &org, now))
+                .await?)
+        }
         goal if goals::GOAL_SHAPES.contains(&goal) && ledger.serves(goal) => {
             goals::resolve(ledger, budget, &key, goal, &pointer, claim).await
         }
@@ -303,6 +312,14 @@ fn own_write(
         "conceptUsage_write" => Ok((
             StatusCode::CREATED,
             RecordUsage::parse(&p, claim)?.run(w, org)?,
+        )),
+        metabob_wire::task_action::TASK_ACTION_SHAPE => Ok((
+            StatusCode::OK,
+            super::task_actions::ActionRequest::parse(&p, claim)?.run(
+                w,
+                org,
+                key.label.as_deref(),
+            )?,
         )),
         _ => Ok((
             StatusCode::OK,

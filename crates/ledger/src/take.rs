@@ -4,7 +4,7 @@
 //! rows it writes are the claim row and link `task pull`'s read-back path writes, composed by
 //! the same code, so every reader weighs them with the same holder rule.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::concepts::{CreateConcept, Link, load_concept};
 use super::db::Writer;
@@ -295,14 +295,15 @@ impl TakeRequest {
         now: i64,
     ) -> Result<Held, ApiError> {
         let row = claims::claim_row(&task, &self.vessel, &self.session, self.minutes, now);
-        let written = CreateConcept::parse(&fields(&row.to_pointer()), self.claim.as_ref())?
-            // The row names the task's ids, whose holder locks `look` took.
-            .insert(w.sql(), org, now)?;
+        let written =
+            CreateConcept::parse(&Fields::composed(&row.to_pointer()), self.claim.as_ref())?
+                // The row names the task's ids, whose holder locks `look` took.
+                .insert(w.sql(), org, now)?;
         let verdict = Verdict::read(&written).ok().flatten().ok_or_else(|| {
             ApiError::Internal("the claim row written does not read as a claim".into())
         })?;
         let link = link_pointer(&verdict.concept_id, &task.concept_id);
-        Link::parse(&fields(&link), self.claim.as_ref())?.run(w, org)?;
+        Link::parse(&Fields::composed(&link), self.claim.as_ref())?.run(w, org)?;
         rows.push(verdict);
         match claims::holder(&rows, now) {
             Some(h) if h.holder == self.vessel => Ok(h),
@@ -311,10 +312,4 @@ impl TakeRequest {
             )),
         }
     }
-}
-
-/// The fields of a pointer composed here (always an object).
-fn fields(pointer: &Value) -> Fields<'_> {
-    static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
-    Fields::new(pointer.as_object().unwrap_or(&EMPTY), "")
 }

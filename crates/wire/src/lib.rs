@@ -30,6 +30,7 @@ pub mod repo_path;
 pub mod row;
 pub mod shapes;
 pub mod stored;
+pub mod task_action;
 pub mod trailers;
 pub mod util;
 pub mod verdict;

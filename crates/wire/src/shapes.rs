@@ -13,6 +13,7 @@ pub const WRITE_SHAPES: &[&str] = &[
     "solicitationResponse_write",
     "goal_verification_label_write",
     "taskTake_write",
+    "taskAction_write",
 ];
 
 /// Whether `shape` writes. A listed shape does; so does an unlisted one named `…_write`, since
@@ -42,6 +43,8 @@ pub const LEDGER_SHAPES: &[&str] = &[
     "goal_verification_label_write",
     "taskBoard",
     "taskTake_write",
+    "taskHistory",
+    "taskAction_write",
     "findingsOnFiles",
 ];
 

@@ -44,6 +44,9 @@ pub enum VerdictKind {
     Parked,
     /// A parked task put back on the board; failures before it no longer count.
     Reopened,
+    /// Withdrawn for good by an operator (`task cancel`): it outranks every other verdict, so
+    /// nothing reopens the task.
+    Cancelled,
 }
 
 impl VerdictKind {
@@ -58,6 +61,7 @@ impl VerdictKind {
             VerdictKind::Failed => "task failed".into(),
             VerdictKind::Parked => "parked".into(),
             VerdictKind::Reopened => "reopened".into(),
+            VerdictKind::Cancelled => "cancelled".into(),
         }
     }
 
@@ -73,6 +77,7 @@ impl VerdictKind {
             VerdictKind::Failed => "[verdict:failed]",
             VerdictKind::Parked => "[verdict:parked]",
             VerdictKind::Reopened => "[verdict:reopened]",
+            VerdictKind::Cancelled => "[verdict:cancelled]",
         }
     }
 
@@ -86,6 +91,7 @@ impl VerdictKind {
             "task failed" => VerdictKind::Failed,
             "parked" => VerdictKind::Parked,
             "reopened" => VerdictKind::Reopened,
+            "cancelled" => VerdictKind::Cancelled,
             "fix pending (uncommitted)" => VerdictKind::Pending(Pending::Uncommitted),
             "fix pending (unpushed)" => VerdictKind::Pending(Pending::Unpushed),
             "fix pending (awaiting merge)" => VerdictKind::Pending(Pending::AwaitingMerge),
@@ -107,7 +113,10 @@ impl VerdictKind {
 
     /// Whether the verdict ends the finding (a pending fix or a claim does not).
     pub fn closes(self) -> bool {
-        matches!(self, VerdictKind::Fixed | VerdictKind::Discarded)
+        matches!(
+            self,
+            VerdictKind::Fixed | VerdictKind::Discarded | VerdictKind::Cancelled
+        )
     }
 
     /// The usage outcome a closing verdict credits the finding's concept with: a fix says the
@@ -249,6 +258,7 @@ impl Standing {
 /// rows are not verdicts here.
 pub fn standing<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>) -> Standing {
     let rank = |v: &Verdict| match v.kind {
+        VerdictKind::Cancelled => Some(5),
         VerdictKind::Discarded => Some(4),
         VerdictKind::Fixed if v.fix_commit.is_some() => Some(3),
         VerdictKind::Fixed => Some(2),

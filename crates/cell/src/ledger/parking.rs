@@ -67,27 +67,22 @@ pub async fn park_after_failures(
 }
 
 /// Puts a parked task back on the board (anchor: reopen_task): its earlier failures stop
-/// counting, and the take offers it again.
+/// counting, and the take offers it again. When it applies is `task_action::decide`'s rule.
 pub async fn reopen(
     att: &Attachment,
     finding: &Finding,
     me: &str,
     session: &str,
 ) -> Result<Reopen, ResolveError> {
+    use metabob_wire::task_action::{Refused, TaskAction, decide};
     let rows = verdicts_of(att, finding).await?;
-    match standing(&rows) {
-        Standing::Parked { .. } => {}
-        Standing::Closed { .. } | Standing::Pending { .. } => return Ok(Reopen::Closed),
-        Standing::Open => return Ok(Reopen::NotParked),
+    let now = metabob_wire::util::now_ms();
+    match decide(TaskAction::Reopen, finding, &rows, me, session, None, now) {
+        Ok((nv, _)) => {
+            verdict::write(att, &nv, "reopen").await?;
+            Ok(Reopen::Reopened)
+        }
+        Err(Refused::NotParked | Refused::NotHeld) => Ok(Reopen::NotParked),
+        Err(Refused::Closed(_)) => Ok(Reopen::Closed),
     }
-    let nv = NewVerdict {
-        finding,
-        kind: VerdictKind::Reopened,
-        reviewed_by: Some(me.to_string()),
-        session: session.to_string(),
-        origin: VerdictOrigin::Remote,
-        lines: vec![("reason", "reopened by an operator".to_string())],
-    };
-    verdict::write(att, &nv, "reopen").await?;
-    Ok(Reopen::Reopened)
 }

@@ -149,7 +149,7 @@ fn task_row(seq: usize, e: &walk::Event) -> Value {
     use walk::EventKind::*;
     match e.kind {
         Fixed => row["success"] = Value::Bool(true),
-        Released | Withdrawn | Discarded => {
+        Released | Withdrawn | Discarded | Cancelled => {
             row["success"] = Value::Bool(false);
             row["failure_mode"] = Value::from(e.detail.clone());
         }

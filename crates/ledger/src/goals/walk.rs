@@ -29,6 +29,7 @@ pub enum EventKind {
     Fixed,
     Pending,
     Discarded,
+    Cancelled,
 }
 
 impl EventKind {
@@ -41,6 +42,7 @@ impl EventKind {
             EventKind::Fixed => "fixed",
             EventKind::Pending => "pending",
             EventKind::Discarded => "discarded",
+            EventKind::Cancelled => "cancelled",
         }
     }
 }
@@ -77,6 +79,11 @@ pub enum Ending {
     Discarded {
         at_ms: i64,
     },
+    /// An operator withdrew the task for good while this claim held it.
+    Cancelled {
+        at_ms: i64,
+        reason: String,
+    },
     /// The claim ran out with no release and no fix.
     Lapsed {
         at_ms: i64,
@@ -109,6 +116,7 @@ impl Ending {
             | Ending::Withdrawn { at_ms, .. }
             | Ending::Fixed { at_ms }
             | Ending::Discarded { at_ms }
+            | Ending::Cancelled { at_ms, .. }
             | Ending::Lapsed { at_ms } => Some(*at_ms),
         }
     }
@@ -118,6 +126,7 @@ impl Ending {
             Ending::Released { reason, .. } | Ending::Withdrawn { reason, .. } => {
                 Some(reason.clone())
             }
+            Ending::Cancelled { reason, .. } => Some(format!("cancelled: {reason}")),
             Ending::Discarded { .. } => Some("discarded".into()),
             Ending::Lapsed { .. } => Some("claim lapsed with no release and no fix".into()),
             _ => None,
@@ -215,7 +224,10 @@ pub fn derive(mut rows: Vec<TaskRow>, for_good: bool, now_ms: i64) -> Walk {
                 w.note(v.created_ms, text);
             }
             VerdictKind::Reopened => w.note(v.created_ms, format!("reopened by {}", who_of(v))),
-            VerdictKind::Pending(_) | VerdictKind::Fixed | VerdictKind::Discarded => {
+            VerdictKind::Pending(_)
+            | VerdictKind::Fixed
+            | VerdictKind::Discarded
+            | VerdictKind::Cancelled => {
                 w.verdict(v, claims::holder(&verdicts[..i], v.created_ms));
             }
         }
@@ -351,6 +363,7 @@ impl Walk {
                 },
             ),
             VerdictKind::Discarded => (EventKind::Discarded, "retracted".into()),
+            VerdictKind::Cancelled => (EventKind::Cancelled, reason_of(v)),
             _ => (EventKind::Pending, pending_detail(v)),
         };
         let held_span = held.and_then(|h| {
@@ -380,6 +393,10 @@ impl Walk {
         span.ending = match kind {
             EventKind::Fixed => Ending::Fixed { at_ms },
             EventKind::Discarded => Ending::Discarded { at_ms },
+            EventKind::Cancelled => Ending::Cancelled {
+                at_ms,
+                reason: reason_of(v),
+            },
             _ => Ending::Pending,
         };
     }
@@ -400,6 +417,13 @@ pub fn parked_reason(v: &Verdict) -> String {
         s.push_str(&format!(" (tried by {})", cells.join(", ")));
     }
     s
+}
+
+fn reason_of(v: &Verdict) -> String {
+    one_line(
+        v.reason.as_deref().unwrap_or("no reason recorded"),
+        DETAIL_CHARS,
+    )
 }
 
 fn pending_detail(v: &Verdict) -> String {
@@ -423,6 +447,9 @@ fn outcome(verdicts: &[Verdict], spans: &[Span], for_good: bool) -> Outcome {
                 who_of(&verdict),
                 rfc3339_ms(verdict.created_ms)
             ),
+        },
+        Standing::Closed { verdict } if verdict.kind == VerdictKind::Cancelled => Outcome::Failed {
+            error: format!("cancelled by {}: {}", who_of(&verdict), reason_of(&verdict)),
         },
         Standing::Closed { .. } => Outcome::Completed,
         Standing::Pending { .. } => Outcome::Running,

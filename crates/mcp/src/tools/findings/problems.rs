@@ -114,6 +114,7 @@ fn recalled_line(r: &Recalled, tag: &str) -> String {
 fn closed_line(repo: Option<&Repo>, r: &Recalled, v: &verdict::Verdict) -> String {
     let mark = match (&v.kind, &v.fix_commit) {
         (VerdictKind::Discarded, _) => "[RETRACTED]".to_string(),
+        (VerdictKind::Cancelled, _) => "[CANCELLED]".to_string(),
         (_, Some(sha)) => {
             let in_head = repo.is_some_and(|repo| {
                 repo.head().ok().flatten().is_some_and(|h| {
