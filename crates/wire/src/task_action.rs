@@ -197,3 +197,98 @@ pub struct HistoryEvent {
     #[serde(default)]
     pub detail: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::finding::{FindingStatus, Severity};
+
+    fn task() -> Finding {
+        Finding {
+            concept_id: "concept_task".into(),
+            seq: 1,
+            created_ms: 0,
+            summary: "fix a".into(),
+            severity: Severity::High,
+            category: "task".into(),
+            repo: Some("git.lan/app".into()),
+            repo_name: None,
+            workspace: None,
+            files: vec!["a.py".into()],
+            lines: None,
+            status: FindingStatus::Open,
+            finding_ids: vec!["agf_1".into()],
+            recorded_by: None,
+            session: None,
+            details: String::new(),
+        }
+    }
+
+    fn row(seq: i64, kind: VerdictKind, by: &str) -> Verdict {
+        Verdict {
+            concept_id: format!("concept_{seq}"),
+            seq,
+            created_ms: seq,
+            kind,
+            finding_ids: vec!["agf_1".into()],
+            reviewed_by: Some(by.into()),
+            session: None,
+            fix_commit: None,
+            fix_branch: None,
+            fix_target: None,
+            claim_minutes: Some(60),
+            claim_until: None,
+            reason: None,
+            tried_by: Vec::new(),
+        }
+    }
+
+    fn go(action: TaskAction, rows: &[Verdict]) -> Result<(VerdictKind, String), Refused> {
+        let t = task();
+        decide(action, &t, rows, "ops", "s", Some("why"), 10)
+            .map(|(nv, _)| (nv.kind, nv.reviewed_by.unwrap_or_default()))
+    }
+
+    #[test]
+    fn each_action_applies_only_where_it_means_something() {
+        let claimed = [row(1, VerdictKind::Claimed, "c1")];
+        // A forced release is written in the holder's name, or the holder rule would ignore it.
+        assert_eq!(
+            go(TaskAction::Release, &claimed),
+            Ok((VerdictKind::Withdrawn, "c1".into()))
+        );
+        assert_eq!(go(TaskAction::Release, &[]), Err(Refused::NotHeld));
+        assert_eq!(go(TaskAction::Reopen, &claimed), Err(Refused::NotParked));
+        let parked = [row(2, VerdictKind::Parked, "c1")];
+        assert_eq!(
+            go(TaskAction::Reopen, &parked),
+            Ok((VerdictKind::Reopened, "ops".into()))
+        );
+        assert_eq!(
+            go(TaskAction::Cancel, &parked),
+            Ok((VerdictKind::Cancelled, "ops".into()))
+        );
+        let fixed = [row(3, VerdictKind::Fixed, "c1")];
+        assert_eq!(
+            go(TaskAction::Cancel, &fixed),
+            Err(Refused::Closed("fixed".into()))
+        );
+    }
+
+    #[test]
+    fn a_cancellation_outranks_a_later_fix_and_a_reopening() {
+        let rows = [
+            row(1, VerdictKind::Cancelled, "ops"),
+            row(2, VerdictKind::Fixed, "c1"),
+            row(3, VerdictKind::Reopened, "ops"),
+        ];
+        match standing(&rows) {
+            Standing::Closed { verdict } => assert_eq!(verdict.kind, VerdictKind::Cancelled),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            go(TaskAction::Reopen, &rows),
+            Err(Refused::Closed("cancelled".into()))
+        );
+    }
+}
