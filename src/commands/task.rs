@@ -13,7 +13,6 @@ use metabob_wire::parking::{Parked, Reopen};
 use metabob_wire::task_action::{
     ActionDone, TASK_ACTION_SHAPE, TASK_HISTORY_SHAPE, TaskAction, TaskHistory,
 };
-use serde::Deserialize;
 
 /// A cell's task: take one from the ledger, keep its claim alive or give it back; put a parked
 /// task back; show the board.
@@ -36,10 +35,10 @@ impl TaskArgs {
             TaskCommand::Pull(a) => &mut a.connect,
             TaskCommand::Renew(a) => &mut a.claim.connect,
             TaskCommand::Release(a) => &mut a.claim.connect,
-            TaskCommand::Reopen(a) => &mut a.connect,
+            TaskCommand::Reopen(a) => &mut a.target.connect,
             TaskCommand::List(a) => &mut a.connect,
-            TaskCommand::Show(a) => &mut a.connect,
-            TaskCommand::Cancel(a) => &mut a.connect,
+            TaskCommand::Show(a) => &mut a.target.connect,
+            TaskCommand::Cancel(a) => &mut a.target.connect,
         }
     }
 }
@@ -77,10 +76,17 @@ Examples:
   metabob-mcp task show agf_0123456789abcdef
   metabob-mcp task show agf_0123456789abcdef --json")]
 pub struct ShowArgs {
+    #[command(flatten)]
+    pub target: TaskTarget,
+}
+
+/// The task an operator's command names, and how to print the ledger's answer.
+#[derive(Debug, Args)]
+pub struct TaskTarget {
     /// The task's id (`agf_…`) or its concept id.
     #[arg(value_name = "TASK_ID")]
     pub task: String,
-    /// Print the history as the ledger answered it, as JSON.
+    /// Print the ledger's answer as JSON.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -92,17 +98,11 @@ pub struct ShowArgs {
 Examples:
   metabob-mcp task cancel agf_0123456789abcdef --reason \"superseded by agf_fedcba9876543210\"")]
 pub struct CancelArgs {
-    /// The task's id (`agf_…`) or its concept id.
-    #[arg(value_name = "TASK_ID")]
-    pub task: String,
+    #[command(flatten)]
+    pub target: TaskTarget,
     /// Why, recorded on the task and shown on the board.
     #[arg(long)]
     pub reason: String,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
@@ -111,14 +111,8 @@ Examples:
   metabob-mcp task list                            # parked tasks show their reason
   metabob-mcp task reopen agf_0123456789abcdef")]
 pub struct ReopenArgs {
-    /// The task's id (`agf_…`) or its concept id.
-    #[arg(value_name = "TASK_ID")]
-    pub task: String,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    pub json: bool,
     #[command(flatten)]
-    pub connect: super::Connect,
+    pub target: TaskTarget,
 }
 
 #[derive(Debug, Args)]
@@ -246,11 +240,12 @@ pub async fn run(args: TaskArgs, env: Env) -> CliResult {
             };
             claim(a.claim, given, env).await
         }
-        TaskCommand::Reopen(a) => reopen(a, env).await,
+        TaskCommand::Reopen(a) => reopen(a.target, env).await,
         TaskCommand::List(a) => list(a, env).await,
-        TaskCommand::Show(a) => show(a, env).await,
+        TaskCommand::Show(a) => show(a.target, env).await,
         TaskCommand::Cancel(a) => {
-            act(TaskAction::Cancel, a.task, Some(a.reason), a.json, env).await
+            let t = a.target;
+            act(TaskAction::Cancel, t.task, Some(a.reason), t.json, env).await
         }
     }
 }
@@ -266,12 +261,12 @@ fn read_answer<T: serde::de::DeserializeOwned>(
             "{command}: the ledger's {shape} answer does not read: {}",
             metabob_wire::util::one_line(&e.to_string(), 200)
         ))
-        .hint("check that --ledger names a metabob ledger (`ledger serve`), which answers it")
+        .hint("--json prints the answer as it came; check that --ledger names a metabob ledger (`ledger serve`), which answers it")
     })
 }
 
 /// Thin: the history is the ledger's (`taskHistory`, SPEC.md §Operator actions).
-async fn show(a: ShowArgs, env: Env) -> CliResult {
+async fn show(a: TaskTarget, env: Env) -> CliResult {
     let answer = ask_about_task(&a.task, None, None, env)
         .await
         .map_err(|e| super::cell_error("task show", e))?;
@@ -407,13 +402,7 @@ async fn list(a: ListArgs, mut env: Env) -> CliResult {
         super::print_json(&board)?;
     } else {
         // Read once into the board's model; an answer that is no board is one error line.
-        let board = Board::deserialize(&board).map_err(|e| {
-            CliError::failure(format!(
-                "task list: the ledger's taskBoard answer does not read as a board: {}",
-                metabob_wire::util::one_line(&e.to_string(), 200)
-            ))
-            .hint("--json prints the answer as it came; check that --ledger names a metabob ledger")
-        })?;
+        let board: Board = read_answer("task list", "taskBoard", &board)?;
         metabob_wire::out!("{}", board_text(&board));
     }
     Ok(Exit::Ok)
@@ -532,7 +521,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
     })
 }
 
-async fn reopen(a: ReopenArgs, env: Env) -> CliResult {
+async fn reopen(a: TaskTarget, env: Env) -> CliResult {
     let outcome = reopen_task(&a.task, env)
         .await
         .map_err(|e| super::cell_error("task reopen", e))?;

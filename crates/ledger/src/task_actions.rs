@@ -239,7 +239,7 @@ impl ActionRequest {
             .clone()
             .or_else(|| label.map(|l| format!("operator {}", one_line(l, ID_CHARS))))
             .unwrap_or_else(|| "an operator".to_string());
-        let session = format!("board-{now}");
+        let session = format!("operator-{now}");
         let (verdict, done) = match decide(
             self.action,
             &task,
@@ -279,7 +279,5 @@ impl ActionRequest {
 }
 
 fn refused_body(r: &Refused) -> Value {
-    let mut body = serde_json::to_value(r).unwrap_or_default();
-    body["detail"] = r.to_string().into();
-    body
+    serde_json::json!({ "outcome": r.outcome(), "detail": r.to_string() })
 }

@@ -48,8 +48,7 @@ impl TaskAction {
 }
 
 /// Why an action was not taken; nothing is written for any of these.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[serde(rename_all = "snake_case", tag = "outcome", content = "detail")]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     #[error("the task is not parked: only a parked task is reopened")]
     NotParked,
@@ -57,6 +56,17 @@ pub enum Refused {
     NotHeld,
     #[error("the task is already closed ({0}): nothing to do")]
     Closed(String),
+}
+
+impl Refused {
+    /// The `outcome` word `taskAction_write` answers it with.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Refused::NotParked => "not_parked",
+            Refused::NotHeld => "not_held",
+            Refused::Closed(_) => "closed",
+        }
+    }
 }
 
 /// What an action did, as `taskAction_write` answers it and the CLI prints it.

@@ -57,6 +57,8 @@ pub const ESCAPE_HATCH_READS: &[&str] = &[
     "goalWalkState",
     // the embedded ledger's board of tasks (SPEC.md §The board)
     "taskBoard",
+    // a task's attempts and actions, as `task show` reads them (SPEC.md §Operator actions)
+    "taskHistory",
     // the embedded ledger's open findings on a task's files (SPEC.md §Related findings)
     "findingsOnFiles",
     // spend, leases and policies, read only
@@ -102,6 +104,7 @@ pub const REFUSED_WRITES: &[(&str, Refusal)] = &[
     ("maintenanceLease_write", Refusal::Coordination),
     ("substrateGapLease_write", Refusal::Coordination),
     ("taskTake_write", Refusal::Coordination),
+    ("taskAction_write", Refusal::Coordination),
     ("activityExecutionTrace_write", Refusal::GradedRecord),
     ("execution_write", Refusal::GradedRecord),
     ("activityTemplate_write", Refusal::LearnedState),
