@@ -1,6 +1,8 @@
 //! The board of a real `ledger serve`: `task list` and `/board` show the same fleet state as
 //! real cells pull, fix and withdraw tasks; the page in a real headless Chromium shows a task
-//! move from open to claimed to closed, and shows nothing with a wrong key.
+//! move from open to claimed to closed, and shows nothing with a wrong key; and Chromium,
+//! driven over DevTools (tests/support/cdp.py), opens a task's history and clicks each of its
+//! buttons, whose effect the ledger's own board judges. Its screenshot is docs/board.png.
 
 use std::process::Command;
 
@@ -66,6 +68,37 @@ fn chromium_dom(l: &Ledger, key: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `steps` in one tab of a real headless Chromium (tests/support/cdp.py): the value of
+/// each step, or a panic naming the step that failed.
+fn chromium_steps(steps: &Value) -> Vec<Value> {
+    use std::io::Write;
+    const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/cdp.py");
+    let mut child = Command::new("python3")
+        .arg(DRIVER)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs the DevTools driver");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(steps.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().expect("the driver ran");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON line per step"))
+        .collect();
+    assert!(
+        out.status.success(),
+        "chromium steps: {lines:#?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines.into_iter().map(|l| l["ok"].clone()).collect()
 }
 
 /// The `<li>` of `task` as the page drew it, with its group.
@@ -169,6 +202,129 @@ fn task_list_and_the_board_page_show_one_fleet_state() {
     let (status, script) = ledger.http("GET", "/board.js", None, "");
     assert_eq!(status, 200);
     assert!(script.contains("taskBoard"), "{script}");
+}
+
+#[test]
+fn in_chromium_a_tasks_detail_shows_its_attempts_and_each_button_acts_through_the_ledger() {
+    let env = TestEnv::new();
+    let ledger = env.ledger("main", &[]);
+    let key = admin_key(&env);
+    let (_, read_only) = ledger.create_key(&env, "default", "read");
+    let (_, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
+    let parked = record_refused_ref(&env, &url);
+    assert_eq!(env.task_pull(&url, "c0", &[]).code, 5);
+    let claimed = task_id(&env.record_task(&url, "a should return 2", "HIGH"));
+    assert_eq!(env.task_pull(&url, "c1", &[]).code, 0);
+    let open = task_id(&env.record_task(&url, "tidy b", "LOW"));
+    let (_, b) = board_data(&ledger, &key);
+    for (task, group) in [(&parked, "parked"), (&claimed, "claimed"), (&open, "open")] {
+        assert_eq!(group_of(&b, task).as_deref(), Some(group), "{b}");
+    }
+
+    let li = |task: &str| format!("li.task[data-task=\"{task}\"]");
+    let in_group = |task: &str, group: &str| {
+        json!({ "wait": format!(
+            "(document.querySelector('{}') || {{}}).dataset?.group === '{group}'",
+            li(task)
+        ) })
+    };
+    let detail_of = |task: &str| {
+        json!({ "wait": format!(
+            "!document.getElementById('detail').hidden && \
+             document.getElementById('detail').dataset.task === '{task}'"
+        ) })
+    };
+    let status_says = |text: &str| {
+        json!({ "wait": format!(
+            "document.getElementById('detail-status').textContent.includes('{text}')"
+        ) })
+    };
+    let visible = "[...document.querySelectorAll('#actions button[data-action]')]\
+                   .filter(b => !b.hidden).map(b => b.dataset.action).join(',')";
+    let shot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/board.png");
+    let board = format!("{}/board#key={key}", ledger.url);
+    let out = chromium_steps(&json!([
+        { "goto": board },
+        { "wait": format!("document.querySelector('{}')", li(&parked)) },
+        // The parked task's detail: c0's attempt and why it was parked; Reopen and Cancel.
+        { "click": li(&parked) },
+        detail_of(&parked),
+        { "wait": "document.querySelectorAll('#attempts li').length > 0" },
+        { "eval": "document.getElementById('detail').innerText" },
+        { "eval": visible },
+        { "screenshot": shot.display().to_string() },
+        { "type": ["#reason", "the ref is fixed upstream"] },
+        { "click": "#act-reopen" },
+        status_says("done: reopened"),
+        in_group(&parked, "open"),
+        // The claimed task: Release frees c1's claim.
+        { "click": li(&claimed) },
+        detail_of(&claimed),
+        { "eval": visible },
+        { "click": "#act-release" },
+        status_says("done:"),
+        in_group(&claimed, "open"),
+        // Cancel needs a reason; given one, the task is closed for good and offers nothing.
+        { "click": li(&open) },
+        detail_of(&open),
+        { "click": "#act-cancel" },
+        status_says("Give a reason"),
+        { "type": ["#reason", "superseded by the rewrite"] },
+        { "click": "#act-cancel" },
+        status_says("done:"),
+        in_group(&open, "closed"),
+        { "wait": "document.getElementById('detail').dataset.group === 'closed'" },
+        { "eval": visible },
+        // The key went in a header: the page set no cookie.
+        { "eval": "document.cookie" },
+    ]));
+    let text = out[5].as_str().unwrap();
+    // One attempt, by the cell that parked it, and the refusal that parked it.
+    assert!(text.contains("Attempts (1)"), "{text}");
+    assert!(
+        text.contains("work on a weird branch (CRITICAL, parked)"),
+        "{text}"
+    );
+    assert!(text.contains("refused"), "{text}");
+    assert_eq!(out[6], "reopen,cancel");
+    assert_eq!(out[14], "release,cancel");
+    assert_eq!(out[27], "", "a closed task offers no action");
+    assert_eq!(out[28], "", "no cookie");
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "docs/board.png is a PNG");
+
+    // The ledger judges what the buttons did.
+    let (_, b) = board_data(&ledger, &key);
+    assert_eq!(group_of(&b, &parked).as_deref(), Some("open"), "{b}");
+    assert_eq!(group_of(&b, &claimed).as_deref(), Some("open"), "{b}");
+    assert_eq!(group_of(&b, &open).as_deref(), Some("closed"), "{b}");
+    let shown = env.run(&["task", "show", &open]);
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert!(
+        shown.stdout.contains("superseded by the rewrite"),
+        "{shown:?}"
+    );
+    let reopened = env.run(&["task", "reopen", &open]);
+    assert_eq!(
+        reopened.code, 1,
+        "a cancelled task stays closed: {reopened:?}"
+    );
+
+    // A read-only key sees the board, and its button is refused in the detail view alone.
+    let board = format!("{}/board#key={read_only}", ledger.url);
+    let out = chromium_steps(&json!([
+        { "goto": board },
+        { "wait": format!("document.querySelector('{}')", li(&claimed)) },
+        { "click": li(&claimed) },
+        detail_of(&claimed),
+        { "type": ["#reason", "try"] },
+        { "click": "#act-cancel" },
+        status_says("may only read"),
+        { "eval": "document.querySelectorAll('li.task').length" },
+    ]));
+    assert_eq!(out[7], 3, "the board stays");
+    let (_, b) = board_data(&ledger, &key);
+    assert_eq!(group_of(&b, &claimed).as_deref(), Some("open"), "{b}");
 }
 
 #[test]
