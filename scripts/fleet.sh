@@ -2,15 +2,27 @@
 # A standing fleet from examples/fleet/compose.yaml (or, with FLEET_ENGINE=swarm, the Docker
 # stack examples/swarm/stack.yaml), one command per step:
 #
-#   scripts/fleet.sh up N [ORIGIN]   build what is missing, serve ORIGIN's repository (a bare
-#                                    clone; default a demo repository made from examples/demo)
-#                                    as git://git/app.git, start the ledger and git, create a
-#                                    key for the cells, and start N cells that wait for tasks
+#   scripts/fleet.sh up N [ORIGIN]   build what is missing, start the ledger, create a key for
+#                                    the cells, and start N cells that wait for tasks on ORIGIN:
+#                                    a URL the cells clone from and push to themselves (logging
+#                                    in with FLEET_GIT_CREDENTIALS); a repository on this host
+#                                    (a path), served as a bare clone by the fleet's git server
+#                                    as git://git/app.git, where the fixes then land; or, with
+#                                    none, a demo repository made from examples/demo, served
+#                                    the same way. A later `up` keeps the ORIGIN it was given
 #   scripts/fleet.sh record ARGS...  record a task on that repository: `finding record` with
 #                                    --origin and --category task filled in (give --summary and
 #                                    --file; --severity is MEDIUM unless given; --details holds
 #                                    the task's ref and policy lines)
 #   scripts/fleet.sh status          the board (`task list`)
+#   scripts/fleet.sh task ARGS...    any `task` command with the fleet's key: `task show ID`,
+#                                    `task reopen ID`, `task release ID --force`, `task cancel
+#                                    ID --reason TEXT`
+#   scripts/fleet.sh backup [FILE]   a consistent copy of the ledger while it serves (`ledger
+#                                    backup`), written to FILE (default FLEET_STATE/backups/
+#                                    ledger-<time>.db)
+#   scripts/fleet.sh restore FILE    the ledger put back from FILE (`ledger restore`): the ledger
+#                                    is stopped meanwhile, and the cells wait for it
 #   scripts/fleet.sh stop | start    stop the fleet's containers (each cell gives its claim back)
 #                                    and start them again; everything is kept
 #   scripts/fleet.sh down [--purge]  stop and remove the containers and the network; the
@@ -26,6 +38,14 @@
 #                  N, `record` and `status` run in a one-off container on the stack's network,
 #                  and `down` removes the stack and waits until its services, containers and
 #                  network are gone; its volume and repositories are kept unless --purge
+#   FLEET_GIT_CREDENTIALS  a git-credential-store file (one line per host, as
+#                  https://user:token@git.example.com) the cells log in to ORIGIN with; it
+#                  reaches them as the secret /run/secrets/git-credentials, never in their
+#                  environment (examples/fleet/compose.origin.yaml). Kept for later `up`s until
+#                  `down --purge`; give it again to replace it
+#   FLEET_GIT_CA   the certificate (PEM) of a private CA that signed ORIGIN's certificate; the
+#                  cells trust it, and the fleet's own CA, for the clone and the pushes
+#                  (examples/fleet/compose.origin-ca.yaml; compose only). Kept like the login
 #   METABOB_BIN    a metabob-mcp binary to put in the images (default: cargo build --release)
 #   BASE_IMAGE     the images' base (default: debian:bookworm-slim when the engine has it, else
 #                  the offline base from images/base/build.sh)
@@ -101,10 +121,23 @@ case $tls in
 0 | 1) ;;
 *) die "FLEET_TLS is '$tls'; set it to 1 (HTTPS, the default) or 0 (plain HTTP)" ;;
 esac
+# The origin the fleet was brought up on: kept, so `record` and a later `up` use it.
+[ -s "$state/origin" ] && origin_url=$(cat "$state/origin")
+credentials_given=${FLEET_GIT_CREDENTIALS:-}
+ca_given=${FLEET_GIT_CA:-}
 compose_files=(-f "$dir/compose.yaml")
 if [ "$engine" = compose ] && [ "$tls" = 1 ]; then
     compose_files+=(-f "$dir/compose.tls.yaml")
     export FLEET_TLS_DIR=$state/tls
+fi
+# The copy `up` keeps of the operator's credentials (see use_origin).
+if [ "$engine" = compose ] && [ -s "$state/git-credentials" ]; then
+    compose_files+=(-f "$dir/compose.origin.yaml")
+    export FLEET_GIT_CREDENTIALS=$state/git-credentials
+fi
+if [ "$engine" = compose ] && [ -s "$state/trust.pem" ]; then
+    compose_files+=(-f "$dir/compose.origin-ca.yaml")
+    export FLEET_TRUST=$state/trust.pem
 fi
 compose() {
     [ ${#compose_cmd[@]} -gt 0 ] \
@@ -163,7 +196,90 @@ base_image() {
     fi
 }
 
-# The repository the cells work on, as a bare clone under repos/ (git daemon serves it).
+# What ORIGIN is: a URL the cells reach themselves (`url`), or a repository to serve from the
+# fleet's git server (`served`: a path on this host, or none for the demo). A URL holding a
+# password is refused: it would be stored with every task.
+origin_kind() {
+    local origin=$1
+    case $origin in
+    "" | /* | ./* | ../* | file://*) echo served ;;
+    *://*)
+        if [[ "$origin" =~ ^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*:[^/@]*@ ]]; then
+            die "ORIGIN holds a password; give the URL without it and the login in a file: FLEET_GIT_CREDENTIALS=FILE scripts/fleet.sh up N URL"
+        fi
+        echo url
+        ;;
+    *@*:*) echo url ;;
+    *) echo served ;;
+    esac
+}
+
+# Checks what `up` was given before anything is built: picks the origin (ORIGIN, else the one
+# the last `up` kept) into `origin` and whether the cells reach it by URL into `origin_is_url`.
+check_origin() {
+    origin=$1
+    if [ -z "$origin" ] && [ -s "$state/origin" ] && [ "$(cat "$state/origin")" != git://git/app.git ]; then
+        origin=$(cat "$state/origin")
+    fi
+    local kind
+    kind=$(origin_kind "$origin") || exit 1
+    origin_is_url=
+    [ "$kind" = url ] && origin_is_url=1
+    if [ -n "$credentials_given" ]; then
+        [ -n "$origin_is_url" ] \
+            || die "FLEET_GIT_CREDENTIALS is for an ORIGIN the cells reach by URL; give one: scripts/fleet.sh up N URL"
+        [ -f "$credentials_given" ] && [ -r "$credentials_given" ] \
+            || die "FLEET_GIT_CREDENTIALS=$credentials_given is not a file this user can read; give a git-credential-store file (lines like https://user:token@host)"
+    fi
+    if [ -n "$ca_given" ]; then
+        [ "$engine" = compose ] \
+            || die "FLEET_GIT_CA is for the compose fleet; under swarm add the CA to the cells' METABOB_EXTRA_CA_CERTS and GIT_SSL_CAINFO by hand (examples/swarm/stack.yaml)"
+        [ -n "$origin_is_url" ] \
+            || die "FLEET_GIT_CA is for an ORIGIN the cells reach by URL; give one: scripts/fleet.sh up N URL"
+        grep -q -- '-----BEGIN CERTIFICATE-----' "$ca_given" 2>/dev/null \
+            || die "FLEET_GIT_CA=$ca_given is not a PEM certificate this user can read; give the CA's certificate (-----BEGIN CERTIFICATE-----)"
+    fi
+}
+
+# Puts check_origin's choice in place: the repository served (unless the cells reach a URL),
+# the origin kept for `record` and later `up`s, and the operator's credentials copied into
+# the state directory (which only this user can enter) readable by the cells' user, since
+# compose mounts a secret file with the file's own mode.
+use_origin() {
+    if [ -n "$origin_is_url" ]; then
+        origin_url=$origin
+    else
+        origin_url=git://git/app.git
+        serve_repository "$origin"
+    fi
+    mkdir -p "$state"
+    echo "$origin_url" >"$state/origin"
+    [ -z "$ca_given" ] || install -m 644 "$ca_given" "$state/git-ca.pem"
+    if [ -s "$state/git-ca.pem" ]; then
+        # Made again on every `up`, which makes the fleet a new CA: the fleet's own CA stays
+        # trusted, since this bundle replaces compose.tls.yaml's for the cells.
+        local trust=$state/trust.pem
+        cp "$state/git-ca.pem" "$trust"
+        if [ "$tls" = 1 ]; then
+            cat "$state/tls/ca.pem" >>"$trust"
+        fi
+        chmod 644 "$trust"
+        if [ "${FLEET_TRUST:-}" != "$trust" ]; then
+            compose_files+=(-f "$dir/compose.origin-ca.yaml")
+            export FLEET_TRUST=$trust
+        fi
+    fi
+    [ -n "$credentials_given" ] || return 0
+    local copy=$state/git-credentials
+    install -m 644 "$credentials_given" "$copy"
+    if [ "$engine" = compose ] && [ "${FLEET_GIT_CREDENTIALS:-}" != "$copy" ]; then
+        compose_files+=(-f "$dir/compose.origin.yaml")
+        export FLEET_GIT_CREDENTIALS=$copy
+    fi
+}
+
+# The repository the fleet's git server serves, as a bare clone under repos/: a clone of the
+# path `origin`, or the demo repository when it is empty.
 serve_repository() {
     local origin=$1
     # Kept by a `down`: the fixes the cells pushed are in it.
@@ -174,6 +290,7 @@ serve_repository() {
     mkdir -p "$repos"
     if [ -n "$origin" ]; then
         git clone -q --bare "$origin" "$repos/app.git"
+        log "serving a bare clone of $origin as git://git/app.git; the fixes land in $repos/app.git, not in $origin"
         return
     fi
     local demo
@@ -213,6 +330,7 @@ up() {
     local n=${1:-}
     local origin=${2:-}
     [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "up needs the number of cells: scripts/fleet.sh up N [ORIGIN]"
+    check_origin "$origin"
     if [ "$engine" = swarm ]; then
         swarm_up "$n" "$origin"
         return
@@ -225,7 +343,7 @@ up() {
     [ "$tls" = 1 ] && make_tls
     cp "$bin" "$state/context/metabob-mcp"
     cp "$repo/entrypoint/cell-entrypoint" "$state/context/cell-entrypoint"
-    serve_repository "$origin"
+    use_origin
     pick_port
 
     local build_log=$state/build.log
@@ -233,13 +351,19 @@ up() {
     BASE_IMAGE=$(base_image 2>"$build_log") || build_failed "$build_log"
     export BASE_IMAGE
     compose build ledger cell-image >>"$build_log" 2>&1 || build_failed "$build_log"
-    compose up -d ledger git >&2
+    # The git server only serves a repository of this host; a URL's cells need none.
+    local served=(git) no_deps=()
+    if [ "$origin_url" != git://git/app.git ]; then
+        served=() no_deps=(--no-deps)
+    fi
+    compose up -d ledger "${served[@]}" >&2
     wait_healthy
     compose exec -T ledger metabob-mcp ledger key create --data /data --org default \
         --scopes read,write --label fleet.sh --json \
         | sed -n 's/.*"key": "\(.*\)".*/\1/p' >"$state/key"
     [ -s "$state/key" ] || die "creating the cells' key failed; see: ${compose_cmd[*]} -p $project logs ledger"
-    METABOB_API_KEY=$(key) ON_EMPTY=wait ORIGIN=$origin_url compose up -d --scale cell="$n" cell >&2
+    METABOB_API_KEY=$(key) ON_EMPTY=wait ORIGIN=$origin_url \
+        compose up -d "${no_deps[@]}" --scale cell="$n" cell >&2
     log "$n cells are up on $origin_url; record tasks with: scripts/fleet.sh record --summary TEXT --file PATH"
     local scheme=http
     [ "$tls" = 1 ] && scheme=https
@@ -280,6 +404,46 @@ record() {
 
 status() {
     mb task list
+}
+
+backup() {
+    [ "$engine" = compose ] || die "backup and restore are for the compose fleet; under swarm run ledger backup in the ledger's task (README: Backups)"
+    local to=${1:-$state/backups/ledger-$(date +%Y%m%d-%H%M%S).db}
+    key >/dev/null
+    [ -n "$(compose ps -q ledger 2>/dev/null)" ] \
+        || die "no fleet is up (a fleet that was taken down keeps its data in $state); run: scripts/fleet.sh up N"
+    mkdir -p "$(dirname "$to")"
+    # Out through the pipe, so the file is this user's; written under a new name until whole.
+    compose exec -T ledger sh -c 'metabob-mcp ledger backup --data /data --to /data/.fleet-backup.db >&2 &&
+        cat /data/.fleet-backup.db; status=$?; rm -f /data/.fleet-backup.db; exit $status' \
+        >"$to.part" || {
+        rm -f "$to.part"
+        die "the backup failed (the lines above say why); nothing was written to $to"
+    }
+    mv "$to.part" "$to"
+    log "backed up the ledger to $to; put it back with: scripts/fleet.sh restore $to"
+}
+
+restore() {
+    [ "$engine" = compose ] || die "backup and restore are for the compose fleet; under swarm run ledger restore in a one-off container on the ledger's volume (README: Backups)"
+    local from=${1:-}
+    [ -n "$from" ] && [ -f "$from" ] && [ -r "$from" ] \
+        || die "restore needs a backup file this user can read: scripts/fleet.sh restore FILE"
+    key >/dev/null
+    [ -n "$(compose ps -q ledger 2>/dev/null)" ] \
+        || die "no fleet is up (a fleet that was taken down keeps its data in $state); run: scripts/fleet.sh up N first"
+    # In through the pipe, so the ledger's own user owns it; `ledger restore` checks it and
+    # swaps it in, and refuses while a ledger serves on the volume.
+    compose stop ledger >&2
+    if ! compose run --rm -T --no-deps --entrypoint sh ledger -c 'cat >/data/.fleet-restore.db &&
+        metabob-mcp ledger restore --data /data --from /data/.fleet-restore.db; status=$?;
+        rm -f /data/.fleet-restore.db; exit $status' <"$from"; then
+        compose start ledger >&2
+        die "the restore failed (the lines above say why); the ledger serves its data as it was"
+    fi
+    compose start ledger >&2
+    wait_healthy
+    log "restored the ledger from $from; the cells go on with it"
 }
 
 down() {
@@ -380,13 +544,17 @@ swarm_up() {
     repos=$state/repos
     local bin
     release_binary
-    serve_repository "$origin"
+    use_origin
+    # The git server only serves a repository of this host; a URL's cells need none.
+    local git_replicas=1
+    [ "$origin_url" = git://git/app.git ] || git_replicas=0
     BASE_IMAGE=$(base_image)
     export BASE_IMAGE
     build_swarm_images
 
     # No cells yet: their key is made by the ledger, which is not up before the deploy.
-    FLEET_REPOS=$repos FLEET_CELLS=0 LEDGER_IMAGE=$ledger_image CELL_IMAGE=$cell_image \
+    FLEET_REPOS=$repos FLEET_CELLS=0 FLEET_GIT_REPLICAS=$git_replicas \
+        LEDGER_IMAGE=$ledger_image CELL_IMAGE=$cell_image \
         ON_EMPTY=wait ORIGIN=$origin_url \
         docker stack deploy -c "$stack_file" --resolve-image never "$project" >&2
 
@@ -408,8 +576,16 @@ swarm_up() {
     printf '{"metabob": {"apiKey": "%s"}}\n' "$(key)" \
         | docker secret create --label "$stack_label" "${project}_key" - >/dev/null \
         || die "creating the secret ${project}_key failed; see: docker secret ls"
-    docker service update --quiet --detach \
-        --secret-add "source=${project}_key,target=metabob-config" \
+    local secrets=(--secret-add "source=${project}_key,target=metabob-config")
+    docker secret rm "${project}_git-credentials" >/dev/null 2>&1 || true
+    if [ -s "$state/git-credentials" ]; then
+        docker secret create --label "$stack_label" "${project}_git-credentials" \
+            "$state/git-credentials" >/dev/null \
+            || die "creating the secret ${project}_git-credentials failed; see: docker secret ls"
+        # The cells' user reads it; nobody else in the container does.
+        secrets+=(--secret-add "source=${project}_git-credentials,target=git-credentials,uid=10001,mode=0400")
+    fi
+    docker service update --quiet --detach "${secrets[@]}" \
         --replicas "$n" "${project}_cell" >/dev/null
     deadline=$((SECONDS + fleet_wait))
     until [ "$(running_cells)" -ge "$n" ]; do
@@ -447,7 +623,7 @@ swarm_down() {
                 || die "the stack $project is not gone after ${fleet_wait}s; see: docker stack ps $project"
             sleep 1
         done
-        docker secret rm "${project}_key" >/dev/null 2>&1 || true
+        docker secret rm "${project}_key" "${project}_git-credentials" >/dev/null 2>&1 || true
     fi
     if [ -z "$purge" ]; then
         rm -rf "$state/context"
@@ -472,8 +648,11 @@ case "$cmd" in
 up) up "$@" ;;
 record) record "$@" ;;
 status) status "$@" ;;
+task) mb task "$@" ;;
+backup) backup "$@" ;;
+restore) restore "$@" ;;
 down) down "$@" ;;
 stop) stop ;;
 start) start ;;
-*) die "usage: scripts/fleet.sh up N [ORIGIN] | record ARGS... | status | stop | start | down [--purge]" ;;
+*) die "usage: scripts/fleet.sh up N [ORIGIN] | record ARGS... | status | task ARGS... | backup [FILE] | restore FILE | stop | start | down [--purge]" ;;
 esac

@@ -2,44 +2,14 @@
 //! `finding close` against the real `git http-backend` behind a TLS server whose leaf a
 //! private CA signed (tests/support/git_https.py), with the git CLI as the oracle.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::support::{CA_CN, Output, Pki, Reaped, TestEnv, snapshot};
-
-const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/git_https.py");
-
-/// The bare repositories under `root` served over https with `leaf`; with `login`
-/// (`user:password`) every request must carry it. Returns once the server accepts.
-fn git_https(pki: &Pki, leaf: &str, root: &Path, login: Option<&str>) -> (u16, Reaped) {
-    let log = std::fs::File::create(root.with_extension("log")).unwrap();
-    let mut child = Command::new("python3")
-        .arg(SERVER)
-        .arg(root)
-        .arg(pki.path(&format!("{leaf}.pem")))
-        .arg(pki.path(&format!("{leaf}.key")))
-        .args(login)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("python3 runs the git https host");
-    let stdout = child.stdout.take().unwrap();
-    let server = Reaped(child);
-    let mut first = String::new();
-    BufReader::new(stdout).read_line(&mut first).unwrap();
-    let port = first
-        .trim()
-        .strip_prefix("listening on ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("the git https host did not start: {first:?}"));
-    (port, server)
-}
+use crate::support::{CA_CN, Output, Pki, Reaped, TestEnv, git_http_host, snapshot};
 
 /// One cell's world: a ledger, the bare `app.git` served over https, the task recorded.
 struct World {
@@ -68,7 +38,11 @@ fn world(env: TestEnv) -> World {
 
 impl World {
     fn serve(&self, leaf: &str, login: Option<&str>) -> (u16, Reaped) {
-        git_https(&self.pki, leaf, self.bare.parent().unwrap(), login)
+        let tls = (
+            self.pki.path(&format!("{leaf}.pem")),
+            self.pki.path(&format!("{leaf}.key")),
+        );
+        git_http_host(self.bare.parent().unwrap(), Some(tls), login, "127.0.0.1")
     }
 
     fn record_task(&self, origin: &str) -> String {
@@ -250,6 +224,82 @@ fn credentials_in_the_url_reach_the_server_and_are_shown_nowhere() {
             "the password is in {what}: {text}"
         );
     }
+}
+
+/// The credential helper the cell image installs (images/cell/Dockerfile), reading `file`
+/// instead of the mounted secret: taken from the Dockerfile, so this test runs what ships.
+fn cell_image_credential_helper(file: &Path) -> String {
+    let dockerfile = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/images/cell/Dockerfile"
+    ))
+    .unwrap();
+    let after = dockerfile
+        .split_once("credential.helper")
+        .expect("the Dockerfile configures a credential helper")
+        .1;
+    let helper = after
+        .split('\'')
+        .nth(1)
+        .expect("the helper is single-quoted");
+    assert!(helper.contains("/run/secrets/git-credentials"), "{helper}");
+    helper.replace("/run/secrets/git-credentials", &file.display().to_string())
+}
+
+#[test]
+fn the_cell_images_credential_helper_logs_the_clone_and_the_push_in_and_stores_nothing() {
+    const PASSWORD: &str = "h3lper-Pw5";
+    let mut env = TestEnv::new();
+    env.set("GIT_TERMINAL_PROMPT", "0");
+    let mut w = world(env);
+    let ca = w.pki.ca();
+    // gix sends no login over plain http, so the origin is https; the push trusts the CA too.
+    w.env
+        .set("NODE_EXTRA_CA_CERTS", ca.clone())
+        .set("GIT_SSL_CAINFO", ca);
+    let store = w.env.path("git-credentials");
+    let (port, _server) = w.serve("good", Some(&format!("cell:{PASSWORD}")));
+    std::fs::write(
+        &store,
+        format!("https://cell:{PASSWORD}@127.0.0.1:{port}\n"),
+    )
+    .unwrap();
+    let before = std::fs::read_to_string(&store).unwrap();
+    // As the image's system config names it: here through git's environment, which both gix
+    // and the git CLI read.
+    w.env
+        .set("GIT_CONFIG_COUNT", "1")
+        .set("GIT_CONFIG_KEY_0", "credential.helper")
+        .set("GIT_CONFIG_VALUE_0", cell_image_credential_helper(&store));
+    let origin = format!("https://127.0.0.1:{port}/app.git");
+    w.record_task(&origin);
+
+    let out = w.pull("c1", &origin);
+    w.assert_pulled("c1", &out);
+    assert!(!out.stderr.contains(PASSWORD), "{out:?}");
+    let (_, work) = w.dirs("c1");
+    std::fs::write(work.join("a.py"), "def a():\n    return 2\n").unwrap();
+    w.env.git(&work, &["commit", "-qam", "fix a"]);
+    w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    assert_eq!(
+        w.env.git(&w.bare, &["rev-parse", "main"]),
+        w.env.git(&work, &["rev-parse", "HEAD"])
+    );
+    assert_eq!(
+        std::fs::read_to_string(&store).unwrap(),
+        before,
+        "nothing stored back"
+    );
+
+    // With no file there, the helper answers nothing and the server's 401 is named.
+    std::fs::remove_file(&store).unwrap();
+    w.env.record_task(&origin, "make b() return 3", "HIGH");
+    let out = w.pull("c2", &origin);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("the server wants a login (HTTP 401)"),
+        "{out:?}"
+    );
 }
 
 #[test]

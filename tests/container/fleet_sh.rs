@@ -1,5 +1,6 @@
-//! scripts/fleet.sh: up, record, status, down and down --purge on Docker compose, its ledger on
-//! HTTPS, two fleets on one host at once, and a fleet taken down and up again with its data.
+//! scripts/fleet.sh: up, record, status, task, backup, restore, down and down --purge on Docker
+//! compose, its ledger on HTTPS, two fleets on one host at once, a fleet taken down and up again
+//! with its data, and a fleet on the operator's own origin, logging in with a credentials file.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -11,6 +12,11 @@ use crate::support::{Output, bin};
 /// `scripts/fleet.sh ARGS` from the checkout, bounded by `timeout`, with this build's binary and
 /// the offline base, under the compose project `project`.
 fn fleet_sh(project: &str, args: &[&str]) -> Output {
+    fleet_sh_with(project, args, &[])
+}
+
+/// [`fleet_sh`] with `vars` set as well.
+fn fleet_sh_with(project: &str, args: &[&str], vars: &[(&str, &str)]) -> Output {
     let out = Command::new("timeout")
         .arg("600")
         .arg(repo().join("scripts/fleet.sh"))
@@ -18,6 +24,7 @@ fn fleet_sh(project: &str, args: &[&str]) -> Output {
         .env("METABOB_BIN", bin())
         .env("BASE_IMAGE", BASE)
         .env("FLEET_PROJECT", project)
+        .envs(vars.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run scripts/fleet.sh");
@@ -41,7 +48,7 @@ impl Drop for FleetDown {
     }
 }
 
-/// Records a task on the fleet's repository; its id.
+/// Records a task on greet.py of the fleet's repository; its id.
 fn record(project: &str, summary: &str) -> String {
     let out = fleet_sh(
         project,
@@ -164,6 +171,32 @@ fn two_fleets_close_their_own_tasks_and_a_fleet_taken_down_comes_back_with_its_d
         "three cells running, waiting for more"
     );
 
+    // The operator's other steps: a task's history, a backup while it serves, and a restore
+    // that puts the board back as it was then.
+    let shown = fleet_sh(&a, &["task", "show", &id_a]);
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert!(shown.stdout.contains("attempts (1)"), "{shown:?}");
+    let backup = state(&a).join("kept.db");
+    let out = fleet_sh(&a, &["backup", backup.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let copy = std::fs::read(&backup).expect("the backup is written");
+    assert!(copy.starts_with(b"SQLite format 3\0"), "a SQLite database");
+    let after = record(&a, "greet says goodbye");
+    closed_on_board(&a, &after);
+    let out = fleet_sh(&a, &["restore", backup.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let status = closed_on_board(&a, &id_a);
+    assert!(
+        !status.stdout.contains(&after),
+        "the board as it was at the backup: {status:?}"
+    );
+    let out = fleet_sh(&a, &["restore", "/nonexistent.db"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains("restore needs a backup file"),
+        "{out:?}"
+    );
+
     // Down keeps the ledger's data and the repository; up goes on with both.
     let down = fleet_sh(&a, &["down"]);
     assert_eq!(down.code, 0, "{down:?}");
@@ -194,4 +227,140 @@ fn two_fleets_close_their_own_tasks_and_a_fleet_taken_down_comes_back_with_its_d
     let out = fleet_sh(&a, &["status"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.contains("no fleet is up"), "{out:?}");
+}
+
+/// This host's address on Docker's default bridge (docker0): a container on any of the
+/// engine's bridge networks reaches the host there, as it would reach a forge on the LAN.
+fn host_address_for_containers() -> std::net::Ipv4Addr {
+    let subnet = Command::new("docker")
+        .args(["network", "inspect", "bridge", "-f"])
+        .arg("{{range .IPAM.Config}}{{.Subnet}} {{end}}")
+        .output()
+        .expect("docker network inspect");
+    let subnet = String::from_utf8_lossy(&subnet.stdout).into_owned();
+    let (net, bits) = subnet
+        .split_whitespace()
+        .find_map(|s| {
+            let (a, b) = s.split_once('/')?;
+            Some((
+                a.parse::<std::net::Ipv4Addr>().ok()?,
+                b.parse::<u32>().ok()?,
+            ))
+        })
+        .unwrap_or_else(|| panic!("the bridge network's IPv4 subnet: {subnet:?}"));
+    let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+    let addresses = Command::new("hostname")
+        .arg("-I")
+        .output()
+        .expect("hostname -I");
+    String::from_utf8_lossy(&addresses.stdout)
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
+        .find(|a| u32::from(*a) & mask == u32::from(net) & mask)
+        .unwrap_or_else(|| panic!("no address of this host is on the bridge {subnet}"))
+}
+
+#[test]
+fn a_fleet_on_the_operators_origin_pushes_its_fixes_there_logging_in_with_the_credentials_file() {
+    const PASSWORD: &str = "fl33t-Tok3n-q7";
+    let project = format!("mbtest-origin-{}", std::process::id());
+    let env = crate::support::TestEnv::new();
+    let (bare, _) = env.origin("app", &[("greet.py", "print('hello')\n")]);
+    let host = host_address_for_containers();
+    // A forge inside the company: https with a certificate a private CA signed (a login is
+    // never sent over plain http).
+    let pki = crate::support::Pki::new();
+    pki.leaf("forge", &format!("IP:{host}"));
+    let (port, _server) = crate::support::git_http_host(
+        bare.parent().expect("origins"),
+        Some((pki.path("forge.pem"), pki.path("forge.key"))),
+        Some(&format!("cell:{PASSWORD}")),
+        &host.to_string(),
+    );
+    let url = format!("https://{host}:{port}/app.git");
+    let credentials = env.path("git-credentials");
+    std::fs::write(
+        &credentials,
+        format!("https://cell:{PASSWORD}@{host}:{port}\n"),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ca = pki.ca();
+    let with_credentials = [
+        ("FLEET_GIT_CREDENTIALS", credentials.to_str().unwrap()),
+        ("FLEET_GIT_CA", ca.as_str()),
+    ];
+
+    // Refused before anything is built: a password in the URL, and a credentials file that is
+    // not there.
+    let in_url = format!("https://cell:{PASSWORD}@{host}:{port}/app.git");
+    let out = fleet_sh(&project, &["up", "1", &in_url]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("ORIGIN holds a password"), "{out:?}");
+    assert!(!out.stderr.contains(PASSWORD), "{out:?}");
+    let missing = [("FLEET_GIT_CREDENTIALS", "/nonexistent/git-credentials")];
+    let out = fleet_sh_with(&project, &["up", "1", &url], &missing);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains("is not a file this user can read"),
+        "{out:?}"
+    );
+
+    images();
+    let _down = FleetDown(project.clone());
+    let up = fleet_sh_with(&project, &["up", "1", &url], &with_credentials);
+    assert_eq!(up.code, 0, "{up:?}");
+    assert!(
+        up.stderr.contains(&format!("1 cells are up on {url}")),
+        "{up:?}"
+    );
+    assert!(!up.stderr.contains(PASSWORD), "{up:?}");
+    let services = Command::new("docker")
+        .args([
+            "ps",
+            "--format",
+            "{{.Label \"com.docker.compose.service\"}}",
+            "--filter",
+        ])
+        .arg(format!("label=com.docker.compose.project={project}"))
+        .output()
+        .expect("docker ps");
+    let services = String::from_utf8_lossy(&services.stdout).into_owned();
+    assert!(
+        !services.lines().any(|s| s == "git"),
+        "no git server for an origin the cells reach: {services}"
+    );
+
+    // The fix lands on the operator's origin itself, cloned and pushed with the file's login
+    // over the private CA's https, while the cells still reach the ledger over the fleet's.
+    let id = record(&project, "greet says hello twice");
+    closed_on_board(&project, &id);
+    let log = env.git(&bare, &["log", "--format=%B", "main"]);
+    assert!(log.contains(&format!("Fixes-Finding: {id}")), "{log}");
+
+    // The login reached the cells as a file, never in their environment.
+    let cell = Command::new("docker")
+        .args(["ps", "-q", "--filter"])
+        .arg(format!("label=com.docker.compose.project={project}"))
+        .args(["--filter", "label=com.docker.compose.service=cell"])
+        .output()
+        .expect("docker ps");
+    let cell = String::from_utf8_lossy(&cell.stdout).trim().to_string();
+    let inspect = Command::new("docker")
+        .args(["inspect", &cell])
+        .output()
+        .expect("docker inspect");
+    let inspect = String::from_utf8_lossy(&inspect.stdout).into_owned();
+    assert!(
+        !inspect.is_empty() && !inspect.contains(PASSWORD),
+        "{inspect}"
+    );
+
+    // The origin is the operator's: down --purge removes the fleet's state, never the origin.
+    let purge = fleet_sh(&project, &["down", "--purge"]);
+    assert_eq!(purge.code, 0, "{purge:?}");
+    assert!(!state(&project).exists());
+    let log = env.git(&bare, &["log", "--format=%B", "main"]);
+    assert!(log.contains(&format!("Fixes-Finding: {id}")), "{log}");
 }

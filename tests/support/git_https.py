@@ -4,7 +4,8 @@ smart HTTP, as a CGI program), for the tests of clone and fetch over https.
 
 usage: git_https.py ROOT CERT KEY [USER:PASSWORD]
 
-Listens on an ephemeral loopback port and prints `listening on PORT` once it accepts. With
+Listens on an ephemeral port of GIT_HTTPS_BIND (default the loopback address) and prints
+`listening on PORT` once it accepts; with CERT and KEY both `-` it serves plain http. With
 USER:PASSWORD every request must carry that Basic login, else it is answered 401 with a
 Basic challenge. A path under /moved/ is answered 301 to the same path without that prefix
 (a renamed repository). Each request's method and path (never its headers) go to stderr.
@@ -100,10 +101,12 @@ def main():
             self.end_headers()
             self.wfile.write(body)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    bind = os.environ.get("GIT_HTTPS_BIND", "127.0.0.1")
+    server = http.server.ThreadingHTTPServer((bind, 0), Handler)
+    if (cert, key) != ("-", "-"):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print(f"listening on {server.server_address[1]}", flush=True)
     server.serve_forever()
 

@@ -19,7 +19,7 @@ mod tls;
 pub use git::{git_daemon, git_daemon_on};
 pub use ledger::{Ledger, first_line};
 pub use normalize::{layout, normalize, seen, snapshot, verbatim};
-pub use servers::{Producer, static_http_server, tinyproxy};
+pub use servers::{Producer, git_http_host, static_http_server, tinyproxy};
 pub use tls::{CA_CN, Pki, Relay, TlsConn, s_server, tls_proxy};
 
 /// The binary under test, as assert_cmd's `cargo_bin` finds it: the one way these tests name

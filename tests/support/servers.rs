@@ -1,7 +1,8 @@
-//! Stand-in servers on loopback: a fixed HTTP answer, the fixture producer, a real tinyproxy.
+//! Stand-in servers on loopback: a fixed HTTP answer, the fixture producer, a real tinyproxy,
+//! git's own smart HTTP.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -119,4 +120,44 @@ pub fn tinyproxy(dir: &Path) -> (u16, Reaped) {
     });
     assert!(up, "tinyproxy did not start listening");
     (port, guard)
+}
+
+/// The bare repositories under `root` served by the real `git http-backend`
+/// (tests/support/git_https.py) on an ephemeral port of `bind`: over https with `tls` (a
+/// certificate and its key), else plain http; with `login` (`user:password`) every request
+/// must carry it, and pushes are taken. Returns once the server accepts; its log of requests
+/// (never their headers) is `root`.log.
+pub fn git_http_host(
+    root: &Path,
+    tls: Option<(PathBuf, PathBuf)>,
+    login: Option<&str>,
+    bind: &str,
+) -> (u16, Reaped) {
+    const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/git_https.py");
+    let (cert, key) = tls.unwrap_or_else(|| ("-".into(), "-".into()));
+    let log = std::fs::File::create(root.with_extension("log")).expect("the host's log");
+    let mut child = Command::new("python3")
+        .arg(SERVER)
+        .arg(root)
+        .arg(cert)
+        .arg(key)
+        .args(login)
+        .env("GIT_HTTPS_BIND", bind)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("python3 runs the git http host");
+    let stdout = child.stdout.take().expect("its stdout");
+    let server = Reaped(child);
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("the host's first line");
+    let port = first
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the git http host did not start: {first:?}"));
+    (port, server)
 }
