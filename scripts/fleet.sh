@@ -45,7 +45,8 @@
 #                  `down --purge`; give it again to replace it
 #   FLEET_GIT_CA   the certificate (PEM) of a private CA that signed ORIGIN's certificate; the
 #                  cells trust it, and the fleet's own CA, for the clone and the pushes
-#                  (examples/fleet/compose.origin-ca.yaml; compose only). Kept like the login
+#                  (examples/fleet/compose.origin-ca.yaml; under swarm a secret). Kept like the
+#                  login
 #   METABOB_BIN    a metabob-mcp binary to put in the images (default: cargo build --release)
 #   BASE_IMAGE     the images' base (default: debian:bookworm-slim when the engine has it, else
 #                  the offline base from images/base/build.sh)
@@ -232,8 +233,6 @@ check_origin() {
             || die "FLEET_GIT_CREDENTIALS=$credentials_given is not a file this user can read; give a git-credential-store file (lines like https://user:token@host)"
     fi
     if [ -n "$ca_given" ]; then
-        [ "$engine" = compose ] \
-            || die "FLEET_GIT_CA is for the compose fleet; under swarm add the CA to the cells' METABOB_EXTRA_CA_CERTS and GIT_SSL_CAINFO by hand (examples/swarm/stack.yaml)"
         [ -n "$origin_is_url" ] \
             || die "FLEET_GIT_CA is for an ORIGIN the cells reach by URL; give one: scripts/fleet.sh up N URL"
         grep -q -- '-----BEGIN CERTIFICATE-----' "$ca_given" 2>/dev/null \
@@ -260,11 +259,11 @@ use_origin() {
         # trusted, since this bundle replaces compose.tls.yaml's for the cells.
         local trust=$state/trust.pem
         cp "$state/git-ca.pem" "$trust"
-        if [ "$tls" = 1 ]; then
+        if [ "$engine" = compose ] && [ "$tls" = 1 ]; then
             cat "$state/tls/ca.pem" >>"$trust"
         fi
         chmod 644 "$trust"
-        if [ "${FLEET_TRUST:-}" != "$trust" ]; then
+        if [ "$engine" = compose ] && [ "${FLEET_TRUST:-}" != "$trust" ]; then
             compose_files+=(-f "$dir/compose.origin-ca.yaml")
             export FLEET_TRUST=$trust
         fi
@@ -585,6 +584,16 @@ swarm_up() {
         # The cells' user reads it; nobody else in the container does.
         secrets+=(--secret-add "source=${project}_git-credentials,target=git-credentials,uid=10001,mode=0400")
     fi
+    # The swarm's ledger serves plain HTTP on its network, so the origin's CA is all the
+    # bundle holds: trusted for the clone and, alone, for git's pushes.
+    docker secret rm "${project}_trust" >/dev/null 2>&1 || true
+    if [ -s "$state/trust.pem" ]; then
+        docker secret create --label "$stack_label" "${project}_trust" "$state/trust.pem" >/dev/null \
+            || die "creating the secret ${project}_trust failed; see: docker secret ls"
+        secrets+=(--secret-add "source=${project}_trust,target=trust.pem,mode=0444"
+            --env-add METABOB_EXTRA_CA_CERTS=/run/secrets/trust.pem
+            --env-add GIT_SSL_CAINFO=/run/secrets/trust.pem)
+    fi
     docker service update --quiet --detach "${secrets[@]}" \
         --replicas "$n" "${project}_cell" >/dev/null
     deadline=$((SECONDS + fleet_wait))
@@ -623,7 +632,8 @@ swarm_down() {
                 || die "the stack $project is not gone after ${fleet_wait}s; see: docker stack ps $project"
             sleep 1
         done
-        docker secret rm "${project}_key" "${project}_git-credentials" >/dev/null 2>&1 || true
+        docker secret rm "${project}_key" "${project}_git-credentials" "${project}_trust" \
+            >/dev/null 2>&1 || true
     fi
     if [ -z "$purge" ]; then
         rm -rf "$state/context"

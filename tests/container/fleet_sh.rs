@@ -6,17 +6,21 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::{BASE, images, repo, wait_for};
+use super::{BASE, Forge, images, repo, wait_for};
 use crate::support::{Output, bin};
 
 /// `scripts/fleet.sh ARGS` from the checkout, bounded by `timeout`, with this build's binary and
 /// the offline base, under the compose project `project`.
 fn fleet_sh(project: &str, args: &[&str]) -> Output {
-    fleet_sh_with(project, args, &[])
+    fleet_sh_with::<&str>(project, args, &[])
 }
 
 /// [`fleet_sh`] with `vars` set as well.
-fn fleet_sh_with(project: &str, args: &[&str], vars: &[(&str, &str)]) -> Output {
+fn fleet_sh_with<V: AsRef<std::ffi::OsStr>>(
+    project: &str,
+    args: &[&str],
+    vars: &[(&str, V)],
+) -> Output {
     let out = Command::new("timeout")
         .arg("600")
         .arg(repo().join("scripts/fleet.sh"))
@@ -24,7 +28,7 @@ fn fleet_sh_with(project: &str, args: &[&str], vars: &[(&str, &str)]) -> Output 
         .env("METABOB_BIN", bin())
         .env("BASE_IMAGE", BASE)
         .env("FLEET_PROJECT", project)
-        .envs(vars.iter().copied())
+        .envs(vars.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .output()
         .expect("run scripts/fleet.sh");
@@ -229,68 +233,15 @@ fn two_fleets_close_their_own_tasks_and_a_fleet_taken_down_comes_back_with_its_d
     assert!(out.stderr.contains("no fleet is up"), "{out:?}");
 }
 
-/// This host's address on Docker's default bridge (docker0): a container on any of the
-/// engine's bridge networks reaches the host there, as it would reach a forge on the LAN.
-fn host_address_for_containers() -> std::net::Ipv4Addr {
-    let subnet = Command::new("docker")
-        .args(["network", "inspect", "bridge", "-f"])
-        .arg("{{range .IPAM.Config}}{{.Subnet}} {{end}}")
-        .output()
-        .expect("docker network inspect");
-    let subnet = String::from_utf8_lossy(&subnet.stdout).into_owned();
-    let (net, bits) = subnet
-        .split_whitespace()
-        .find_map(|s| {
-            let (a, b) = s.split_once('/')?;
-            Some((
-                a.parse::<std::net::Ipv4Addr>().ok()?,
-                b.parse::<u32>().ok()?,
-            ))
-        })
-        .unwrap_or_else(|| panic!("the bridge network's IPv4 subnet: {subnet:?}"));
-    let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
-    let addresses = Command::new("hostname")
-        .arg("-I")
-        .output()
-        .expect("hostname -I");
-    String::from_utf8_lossy(&addresses.stdout)
-        .split_whitespace()
-        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
-        .find(|a| u32::from(*a) & mask == u32::from(net) & mask)
-        .unwrap_or_else(|| panic!("no address of this host is on the bridge {subnet}"))
-}
-
 #[test]
 fn a_fleet_on_the_operators_origin_pushes_its_fixes_there_logging_in_with_the_credentials_file() {
-    const PASSWORD: &str = "fl33t-Tok3n-q7";
     let project = format!("mbtest-origin-{}", std::process::id());
     let env = crate::support::TestEnv::new();
-    let (bare, _) = env.origin("app", &[("greet.py", "print('hello')\n")]);
-    let host = host_address_for_containers();
-    // A forge inside the company: https with a certificate a private CA signed (a login is
-    // never sent over plain http).
-    let pki = crate::support::Pki::new();
-    pki.leaf("forge", &format!("IP:{host}"));
-    let (port, _server) = crate::support::git_http_host(
-        bare.parent().expect("origins"),
-        Some((pki.path("forge.pem"), pki.path("forge.key"))),
-        Some(&format!("cell:{PASSWORD}")),
-        &host.to_string(),
-    );
-    let url = format!("https://{host}:{port}/app.git");
-    let credentials = env.path("git-credentials");
-    std::fs::write(
-        &credentials,
-        format!("https://cell:{PASSWORD}@{host}:{port}\n"),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let ca = pki.ca();
-    let with_credentials = [
-        ("FLEET_GIT_CREDENTIALS", credentials.to_str().unwrap()),
-        ("FLEET_GIT_CA", ca.as_str()),
-    ];
+    let forge = Forge::new(&env, &[("greet.py", "print('hello')\n")]);
+    let (url, bare) = (forge.url.clone(), forge.bare.clone());
+    let (host, port) = (forge.host, forge.port);
+    const PASSWORD: &str = Forge::PASSWORD;
+    let with_credentials = forge.vars();
 
     // Refused before anything is built: a password in the URL, and a credentials file that is
     // not there.

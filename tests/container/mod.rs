@@ -450,3 +450,94 @@ impl World {
             .collect()
     }
 }
+
+/// This host's address on Docker's default bridge (docker0): a container on any of the
+/// engine's bridge networks reaches the host there, as it would reach a forge on the LAN.
+fn host_address_for_containers() -> std::net::Ipv4Addr {
+    let subnet = Command::new("docker")
+        .args(["network", "inspect", "bridge", "-f"])
+        .arg("{{range .IPAM.Config}}{{.Subnet}} {{end}}")
+        .output()
+        .expect("docker network inspect");
+    let subnet = String::from_utf8_lossy(&subnet.stdout).into_owned();
+    let (net, bits) = subnet
+        .split_whitespace()
+        .find_map(|s| {
+            let (a, b) = s.split_once('/')?;
+            Some((
+                a.parse::<std::net::Ipv4Addr>().ok()?,
+                b.parse::<u32>().ok()?,
+            ))
+        })
+        .unwrap_or_else(|| panic!("the bridge network's IPv4 subnet: {subnet:?}"));
+    let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+    let addresses = Command::new("hostname")
+        .arg("-I")
+        .output()
+        .expect("hostname -I");
+    String::from_utf8_lossy(&addresses.stdout)
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
+        .find(|a| u32::from(*a) & mask == u32::from(net) & mask)
+        .unwrap_or_else(|| panic!("no address of this host is on the bridge {subnet}"))
+}
+
+/// The operator's own forge: a bare `app.git` holding `files`, served by the real `git
+/// http-backend` over https with a certificate a private CA signed, demanding a Basic login,
+/// on this host's address on Docker's bridge; and the credentials file and CA an operator
+/// hands the fleet for it.
+pub struct Forge {
+    pub bare: PathBuf,
+    pub url: String,
+    pub host: std::net::Ipv4Addr,
+    pub port: u16,
+    credentials: PathBuf,
+    ca: String,
+    _pki: crate::support::Pki,
+    _server: crate::support::Reaped,
+}
+
+impl Forge {
+    pub const PASSWORD: &'static str = "fl33t-Tok3n-q7";
+
+    pub fn new(env: &crate::support::TestEnv, files: &[(&str, &str)]) -> Forge {
+        use std::os::unix::fs::PermissionsExt;
+        let (bare, _) = env.origin("app", files);
+        let host = host_address_for_containers();
+        // https: gix never sends a login over plain http.
+        let pki = crate::support::Pki::new();
+        pki.leaf("forge", &format!("IP:{host}"));
+        let (port, server) = crate::support::git_http_host(
+            bare.parent().expect("origins"),
+            Some((pki.path("forge.pem"), pki.path("forge.key"))),
+            Some(&format!("cell:{}", Self::PASSWORD)),
+            &host.to_string(),
+        );
+        let credentials = env.path("git-credentials");
+        let line = format!("https://cell:{}@{host}:{port}\n", Self::PASSWORD);
+        std::fs::write(&credentials, line).expect("write the credentials");
+        std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod the credentials");
+        Forge {
+            url: format!("https://{host}:{port}/app.git"),
+            bare,
+            host,
+            port,
+            credentials,
+            ca: pki.ca(),
+            _pki: pki,
+            _server: server,
+        }
+    }
+
+    /// What fleet.sh is given for it: FLEET_GIT_CREDENTIALS and FLEET_GIT_CA.
+    pub fn vars(&self) -> [(&'static str, String); 2] {
+        [
+            (
+                "FLEET_GIT_CREDENTIALS",
+                self.credentials.display().to_string(),
+            ),
+            ("FLEET_GIT_CA", self.ca.clone()),
+        ]
+    }
+}

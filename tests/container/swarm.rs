@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{BASE, images, repo, wait_for};
+use super::{BASE, Forge, images, repo, wait_for};
 use crate::support::{Output, bin};
 
 fn docker(args: &[&str]) -> Output {
@@ -102,6 +102,15 @@ impl Site {
     /// checkout may run at the same time). The harness works long enough that no cell is free
     /// before every cell has polled, so the tasks of one batch spread over all the cells.
     fn fleet_sh(&self, args: &[&str]) -> Output {
+        self.fleet_sh_with::<&str>(args, &[])
+    }
+
+    /// [`Site::fleet_sh`] with `vars` set as well.
+    fn fleet_sh_with<V: AsRef<std::ffi::OsStr>>(
+        &self,
+        args: &[&str],
+        vars: &[(&str, V)],
+    ) -> Output {
         let home = self.home();
         let out = Command::new("timeout")
             .arg("600")
@@ -117,6 +126,7 @@ impl Site {
             .env("HOME", &home)
             .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
             .env("GIT_CONFIG_NOSYSTEM", "1")
+            .envs(vars.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()
             .expect("run scripts/fleet.sh");
@@ -309,6 +319,37 @@ fn fleet_sh_on_swarm_scales_cells_that_take_work_and_down_leaves_nothing() {
     let out = site.fleet_sh(&["status"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.contains("no fleet is up"), "{out:?}");
+
+    // Up again on the operator's own origin: its login and CA reach the cells as secrets, no
+    // git service runs, and the fix lands on the origin itself.
+    let env = crate::support::TestEnv::new();
+    let forge = Forge::new(&env, &[("a.py", "x = 1\n")]);
+    let up = site.fleet_sh_with(&["up", "1", &forge.url], &forge.vars());
+    assert_eq!(up.code, 0, "{up:?}");
+    assert!(
+        up.stderr
+            .contains(&format!("1 cells are up on {}", forge.url)),
+        "{up:?}"
+    );
+    let git = docker(&["service", "ls", "--format", "{{.Name}} {{.Replicas}}"]);
+    assert!(
+        git.stdout
+            .lines()
+            .any(|l| l == format!("{project}_git 0/0")),
+        "{git:?}"
+    );
+    let id = site.record("a.py");
+    site.closed(std::slice::from_ref(&id), Duration::from_secs(300));
+    let log = env.git(&forge.bare, &["log", "--format=%B", "main"]);
+    assert!(log.contains(&format!("Fixes-Finding: {id}")), "{log}");
+    let secrets = labelled(&["secret", "ls"], &project);
+    assert_eq!(
+        secrets.len(),
+        3,
+        "the key, the login and the trust: {secrets:?}"
+    );
+    let out = site.fleet_sh(&["down"]);
+    assert_eq!(out.code, 0, "{out:?}");
 
     let out = site.fleet_sh(&["down", "--purge"]);
     assert_eq!(out.code, 0, "{out:?}");
