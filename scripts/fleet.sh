@@ -585,14 +585,13 @@ swarm_up() {
         secrets+=(--secret-add "source=${project}_git-credentials,target=git-credentials,uid=10001,mode=0400")
     fi
     # The swarm's ledger serves plain HTTP on its network, so the origin's CA is all the
-    # bundle holds: trusted for the clone and, alone, for git's pushes.
+    # bundle holds.
     docker secret rm "${project}_trust" >/dev/null 2>&1 || true
     if [ -s "$state/trust.pem" ]; then
         docker secret create --label "$stack_label" "${project}_trust" "$state/trust.pem" >/dev/null \
             || die "creating the secret ${project}_trust failed; see: docker secret ls"
         secrets+=(--secret-add "source=${project}_trust,target=trust.pem,mode=0444"
-            --env-add METABOB_EXTRA_CA_CERTS=/run/secrets/trust.pem
-            --env-add GIT_SSL_CAINFO=/run/secrets/trust.pem)
+            --env-add METABOB_EXTRA_CA_CERTS=/run/secrets/trust.pem)
     fi
     docker service update --quiet --detach "${secrets[@]}" \
         --replicas "$n" "${project}_cell" >/dev/null

@@ -411,3 +411,36 @@ fn json_logs_are_one_object_per_step() {
             .any(|s| s["step"] == "pull" && s["outcome"] == "pulled")
     );
 }
+
+#[test]
+fn over_https_with_a_private_ca_the_pushes_trust_what_the_clone_trusts() {
+    let mut r = repo(&[("a.py", "x = 1\n")]);
+    let pki = crate::support::Pki::new();
+    let (port, _server) = crate::support::git_http_host(
+        r.bare.parent().unwrap(),
+        Some((pki.path("good.pem"), pki.path("good.key"))),
+        Some("cell:pw-for-push"),
+        "127.0.0.1",
+    );
+    // The CA is named once, as for the ledger: git's own trust is not configured at all.
+    r.env.set("METABOB_EXTRA_CA_CERTS", pki.ca());
+    r.url = format!("https://127.0.0.1:{port}/app.git");
+    let store = r.env.path("git-credentials");
+    std::fs::write(
+        &store,
+        format!("https://cell:pw-for-push@127.0.0.1:{port}\n"),
+    )
+    .unwrap();
+    let helper = format!("store --file={}", store.display());
+    let id = r.task("a.py", "fix a", "HIGH", "");
+
+    let login = [
+        ("GIT_CONFIG_COUNT", "1"),
+        ("GIT_CONFIG_KEY_0", "credential.helper"),
+        ("GIT_CONFIG_VALUE_0", helper.as_str()),
+    ];
+    let out = r.cell("cell-1", &sample(), &login);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(r.subjects("main")[0], format!("Fix {id}"), "{out:?}");
+    assert!(r.in_group("closed", &id).is_some(), "{out:?}");
+}

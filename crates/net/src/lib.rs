@@ -22,4 +22,5 @@ pub use client::{
 pub use proxy::{ProxyDiagnosis, Route, RouteReason};
 pub use tls::TlsInfo;
 pub use tls::TlsWitness;
+pub use tls::git_ca_bundle;
 pub use url::{Scheme, Url, UrlError};

@@ -57,11 +57,9 @@ pub(crate) fn root_store(env: &Env) -> RootCertStore {
         let (added, ignored) = roots.add_parsable_certificates(system_roots().iter().cloned());
         tracing::debug!("OS trust store: {added} roots added, {ignored} unusable");
     }
-    for var in EXTRA_CA_VARS {
-        let Some(path) = env.get(var) else { continue };
-        match CertificateDer::pem_file_iter(path) {
-            Ok(iter) => {
-                let certs: Vec<_> = iter.filter_map(Result::ok).collect();
+    for (var, path, certs) in extra_certs(env) {
+        match certs {
+            Ok(certs) => {
                 let (added, _) = roots.add_parsable_certificates(certs);
                 if added == 0 {
                     tracing::warn!("{var}={path}: no usable certificate in the file");
@@ -73,6 +71,53 @@ pub(crate) fn root_store(env: &Env) -> RootCertStore {
         }
     }
     roots
+}
+
+type ExtraCerts<'a> = (
+    &'static str,
+    &'a str,
+    Result<Vec<CertificateDer<'static>>, rustls::pki_types::pem::Error>,
+);
+
+/// The certificates in the files [`EXTRA_CA_VARS`] name, each with its variable and path.
+fn extra_certs(env: &Env) -> Vec<ExtraCerts<'_>> {
+    EXTRA_CA_VARS
+        .iter()
+        .filter_map(|var| {
+            let path = env.get(var)?;
+            let certs = CertificateDer::pem_file_iter(path)
+                .map(|iter| iter.filter_map(Result::ok).collect());
+            Some((*var, path, certs))
+        })
+        .collect()
+}
+
+/// The roots this process trusts, as one PEM bundle for the git CLI, which reads none of
+/// [`EXTRA_CA_VARS`]: the OS store (unless METABOB_NO_SYSTEM_CA=1) and the extra files'
+/// certificates, so a push trusts what the clone trusted. `None` when no extra file is named,
+/// where git's own trust (the OS store) is the same.
+pub fn git_ca_bundle(env: &Env) -> Option<String> {
+    use base64::Engine as _;
+    let extra: Vec<CertificateDer<'static>> = extra_certs(env)
+        .into_iter()
+        .filter_map(|(_, _, certs)| certs.ok())
+        .flatten()
+        .collect();
+    if extra.is_empty() {
+        return None;
+    }
+    let system = (env.get("METABOB_NO_SYSTEM_CA") != Some("1")).then(system_roots);
+    let mut pem = String::new();
+    for der in system.into_iter().flatten().chain(&extra) {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    Some(pem)
 }
 
 /// The verifier every connection shares; built once per client.

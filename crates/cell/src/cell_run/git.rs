@@ -38,6 +38,8 @@ struct Ran {
 pub struct Git {
     dir: PathBuf,
     env: Vec<(String, String)>,
+    /// The bundle GIT_SSL_CAINFO names, kept for as long as any step may run.
+    _ca_bundle: Option<std::sync::Arc<tempfile::NamedTempFile>>,
 }
 
 /// How a rebase of the harness's commits came out.
@@ -87,9 +89,33 @@ impl Git {
         default("GIT_COMMITTER_NAME", &name);
         default("GIT_COMMITTER_EMAIL", &email);
         vars.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
+        // The clone trusts METABOB_EXTRA_CA_CERTS; git's fetches and pushes must too.
+        let ca_bundle = match env.get("GIT_SSL_CAINFO") {
+            Some(_) => None,
+            None => metabob_net::git_ca_bundle(env).and_then(|pem| {
+                let written = tempfile::Builder::new()
+                    .prefix("metabob-git-ca-")
+                    .suffix(".pem")
+                    .tempfile()
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, pem.as_bytes()).map(|_| f));
+                match written {
+                    Ok(f) => Some(std::sync::Arc::new(f)),
+                    Err(e) => {
+                        tracing::warn!(
+                            "the CA bundle for git could not be written ({e}); git trusts only the OS store"
+                        );
+                        None
+                    }
+                }
+            }),
+        };
+        if let Some(f) = &ca_bundle {
+            vars.push(("GIT_SSL_CAINFO".into(), f.path().display().to_string()));
+        }
         Git {
             dir: dir.to_owned(),
             env: vars,
+            _ca_bundle: ca_bundle,
         }
     }
 
