@@ -109,3 +109,23 @@ def start_serve(binary, env, cwd):
     p.stdin.flush()
     p.stdout.readline()
     return p, time.perf_counter() - t
+
+
+def sh(env, *cmd, cwd=None):
+    """A command that must succeed; its trimmed stdout."""
+    return subprocess.run(cmd, env=env, cwd=cwd, check=True, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout.strip()
+
+
+def origin(env, root):
+    """A bare `app.git` under `root` whose main holds one a.py, by the git CLI; its file:// URL."""
+    seed = os.path.join(root, "seed")
+    os.makedirs(seed)
+    sh(env, "git", "init", "-q", "-b", "main", cwd=seed)
+    with open(os.path.join(seed, "a.py"), "w") as f:
+        f.write("x = 1\n")
+    sh(env, "git", "add", "-A", cwd=seed)
+    sh(env, "git", "commit", "-qm", "initial", cwd=seed)
+    bare = os.path.join(root, "app.git")
+    sh(env, "git", "clone", "-q", "--bare", seed, bare)
+    return "file://" + bare

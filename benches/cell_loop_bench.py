@@ -15,7 +15,7 @@ Prints a Markdown table. Nothing is asserted."""
 
 import argparse, os, shutil, statistics, subprocess, sys, tempfile, time
 
-from bench_common import Ledger
+from bench_common import Ledger, origin, sh
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "metabob-mcp")
@@ -25,24 +25,6 @@ HARNESS = (
     "id=$(sed -n 's/^  \"task_id\": \"\\(.*\\)\",$/\\1/p' \"$TASK_DIR/task.json\"); "
     "echo \"# $id\" >> a.py; git commit -qam \"Fix $id\" -m \"Fixes-Finding: $id\""
 )
-
-
-def sh(env, *cmd, cwd=None):
-    return subprocess.run(cmd, env=env, cwd=cwd, check=True, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout.strip()
-
-
-def origin(env, root):
-    seed = os.path.join(root, "seed")
-    os.makedirs(seed)
-    sh(env, "git", "init", "-q", "-b", "main", cwd=seed)
-    with open(os.path.join(seed, "a.py"), "w") as f:
-        f.write("x = 1\n")
-    sh(env, "git", "add", "-A", cwd=seed)
-    sh(env, "git", "commit", "-qm", "initial", cwd=seed)
-    bare = os.path.join(root, "app.git")
-    sh(env, "git", "clone", "-q", "--bare", seed, bare)
-    return "file://" + bare
 
 
 def one_run(script, tasks):

@@ -15,31 +15,13 @@ Prints a Markdown table. Nothing is asserted."""
 
 import argparse, json, os, shutil, statistics, subprocess, sys, time
 
-from bench_common import Client, Ledger
+from bench_common import Client, Ledger, origin, sh
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release",
                    "metabob-mcp")
 # Busy for longer than any run: the cell that took the first task never frees up to take more.
 HARNESS = "sleep 300"
-
-
-def sh(env, *cmd, cwd=None):
-    return subprocess.run(cmd, env=env, cwd=cwd, check=True, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout.strip()
-
-
-def origin(env, root):
-    seed = os.path.join(root, "seed")
-    os.makedirs(seed)
-    sh(env, "git", "init", "-q", "-b", "main", cwd=seed)
-    with open(os.path.join(seed, "a.py"), "w") as f:
-        f.write("x = 1\n")
-    sh(env, "git", "add", "-A", cwd=seed)
-    sh(env, "git", "commit", "-qm", "initial", cwd=seed)
-    bare = os.path.join(root, "app.git")
-    sh(env, "git", "clone", "-q", "--bare", seed, bare)
-    return "file://" + bare
 
 
 def claimed(client):

@@ -236,20 +236,9 @@ mod tests {
 
     fn row(seq: i64, kind: VerdictKind, by: &str) -> Verdict {
         Verdict {
-            concept_id: format!("concept_{seq}"),
-            seq,
-            created_ms: seq,
-            kind,
-            finding_ids: vec!["agf_1".into()],
             reviewed_by: Some(by.into()),
-            session: None,
-            fix_commit: None,
-            fix_branch: None,
-            fix_target: None,
             claim_minutes: Some(60),
-            claim_until: None,
-            reason: None,
-            tried_by: Vec::new(),
+            ..crate::verdict::tests::v(kind, seq, None)
         }
     }
 

@@ -368,10 +368,12 @@ pub fn link_pointer(verdict_concept: &str, finding_concept: &str) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn v(kind: VerdictKind, seq: i64, commit: Option<&str>) -> Verdict {
+    /// A row of `agf_1` with nothing but its kind, order and fix commit; other tests of the
+    /// crate fill in what they need on top.
+    pub(crate) fn v(kind: VerdictKind, seq: i64, commit: Option<&str>) -> Verdict {
         Verdict {
             concept_id: format!("concept_{seq}"),
             seq,
