@@ -252,6 +252,8 @@ use_origin() {
         serve_repository "$origin"
     fi
     mkdir -p "$state"
+    # Only this user enters it: the copies below are readable for the containers' users.
+    chmod 700 "$state"
     echo "$origin_url" >"$state/origin"
     [ -z "$ca_given" ] || install -m 644 "$ca_given" "$state/git-ca.pem"
     if [ -s "$state/git-ca.pem" ]; then
