@@ -345,7 +345,6 @@ up() {
     cp "$bin" "$state/context/metabob-mcp"
     cp "$repo/entrypoint/cell-entrypoint" "$state/context/cell-entrypoint"
     use_origin
-    pick_port
 
     local build_log=$state/build.log
     log "building the images (output in $build_log)"
@@ -357,7 +356,17 @@ up() {
     if [ "$origin_url" != git://git/app.git ]; then
         served=() no_deps=(--no-deps)
     fi
+    # Two `up`s at once must not pick the same port: the pick, and the start of the ledger
+    # that binds it, happen under one lock for the whole host (where flock is installed).
+    if command -v flock >/dev/null; then
+        local lock=${TMPDIR:-/tmp}/metabob-fleet-port.lock
+        (umask 0 && : >>"$lock") 2>/dev/null || true
+        exec 9<"$lock"
+        flock 9
+    fi
+    pick_port
     compose up -d ledger "${served[@]}" >&2
+    exec 9<&-
     wait_healthy
     compose exec -T ledger metabob-mcp ledger key create --data /data --org default \
         --scopes read,write --label fleet.sh --json \
