@@ -220,10 +220,6 @@ impl Gathered {
             }
         }
         let held = claims::holder(&verdicts, now_ms);
-        let reopened = verdicts
-            .iter()
-            .max_by_key(|v| (v.seq, v.created_ms))
-            .is_some_and(|v| v.kind == VerdictKind::Reopened);
         let walk = walk::derive(rows, withdrawn_for_good(task), now_ms);
         self.states.insert(
             task.id().to_string(),
@@ -273,13 +269,10 @@ impl Gathered {
                 parked_at: rfc3339_ms(verdict.created_ms),
             }),
             Standing::Open => match (&walk.outcome, held, walk.spans.last()) {
-                // A task reopened since its last attempt waits for a cell like a new one.
-                (Outcome::Failed { error }, _, _) if !reopened => {
-                    repo.withdrawn.push(WithdrawnTask {
-                        task: base,
-                        reason: one_line(error, TEXT_CHARS),
-                    })
-                }
+                (Outcome::Failed { error }, _, _) => repo.withdrawn.push(WithdrawnTask {
+                    task: base,
+                    reason: one_line(error, TEXT_CHARS),
+                }),
                 (_, Some(h), _) => {
                     // Holding is shown for open work only: a claim outlives the fix it led to.
                     let cell = self

@@ -457,8 +457,16 @@ fn outcome(verdicts: &[Verdict], spans: &[Span], for_good: bool) -> Outcome {
             error: format!("parked: {}", parked_reason(&verdict)),
         },
         Standing::Open => {
+            // A reopen puts the task back to be tried again, whatever ended the tries before it.
+            let reopened_ms = verdicts
+                .iter()
+                .filter(|v| v.kind == VerdictKind::Reopened)
+                .map(|v| v.created_ms)
+                .max();
             let withdrawn = spans.iter().rev().find_map(|s| match &s.ending {
-                Ending::Withdrawn { reason, .. } => Some(reason.clone()),
+                Ending::Withdrawn { reason, at_ms } if reopened_ms.is_none_or(|r| r < *at_ms) => {
+                    Some(reason.clone())
+                }
                 _ => None,
             });
             match withdrawn {
@@ -541,13 +549,26 @@ mod tests {
         );
         // Withdrawn for good (the ref is refused): the task has failed with the reason.
         let rows = vec![row(1, "a", C, 0), row(2, "a", W, 0)];
-        let w = derive(rows, true, MIN);
+        let w = derive(rows.clone(), true, MIN);
         assert_eq!(
             w.outcome,
             Outcome::Failed {
                 error: "gave up".into()
             }
         );
+        // Reopened after that, it is back to be tried; a withdrawal after the reopen fails it
+        // again.
+        let mut reopened = rows;
+        reopened.push(row(3, "ops", VerdictKind::Reopened, 1));
+        assert_eq!(
+            derive(reopened.clone(), true, 2 * MIN).outcome,
+            Outcome::Running
+        );
+        reopened.extend([row(4, "b", C, 2), row(5, "b", W, 3)]);
+        assert!(matches!(
+            derive(reopened, true, 4 * MIN).outcome,
+            Outcome::Failed { .. }
+        ));
     }
 
     #[test]
