@@ -129,3 +129,14 @@ def origin(env, root):
     bare = os.path.join(root, "app.git")
     sh(env, "git", "clone", "-q", "--bare", seed, bare)
     return "file://" + bare
+
+
+def cell_env(ledger):
+    """The environment a cell (or a git step) runs in beside `ledger`: its HOME, a git identity
+    of its own and no system config, the ledger's key and address."""
+    gitconfig = os.path.join(ledger.home, ".gitconfig")
+    with open(gitconfig, "w") as f:
+        f.write("[user]\n\tname = Bench\n\temail = bench@example.invalid\n")
+    return dict(ledger.env, GIT_CONFIG_GLOBAL=gitconfig, GIT_CONFIG_NOSYSTEM="1",
+                METABOB_API_KEY=ledger.key,
+                DISCOVERY_ENDPOINT=f"http://{ledger.host}:{ledger.port}")

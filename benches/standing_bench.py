@@ -15,7 +15,7 @@ Prints a Markdown table. Nothing is asserted."""
 
 import argparse, json, os, shutil, statistics, subprocess, sys, time
 
-from bench_common import Client, Ledger, origin, sh
+from bench_common import Client, Ledger, cell_env, origin, sh
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release",
@@ -41,12 +41,7 @@ def wait_until(what, f, timeout):
 def one_run(binary):
     with Ledger(binary, "mb-standing-") as ledger:
         home = ledger.home
-        gitconfig = os.path.join(home, ".gitconfig")
-        with open(gitconfig, "w") as f:
-            f.write("[user]\n\tname = Bench\n\temail = bench@example.invalid\n")
-        env = dict(ledger.env, GIT_CONFIG_GLOBAL=gitconfig, GIT_CONFIG_NOSYSTEM="1",
-                   METABOB_API_KEY=ledger.key,
-                   DISCOVERY_ENDPOINT=f"http://{ledger.host}:{ledger.port}")
+        env = cell_env(ledger)
         url = origin(env, home)
         client = Client(ledger.host, ledger.port, ledger.key)
 

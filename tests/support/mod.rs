@@ -437,6 +437,32 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// A child process killed and reaped when the test ends, pass or fail.
 pub struct Reaped(pub Child);
 
+impl Reaped {
+    /// Spawns a stand-in server whose first line on stdout is `listening on PORT` (the helpers
+    /// under tests/support/ print it once they accept): the port, and the child reaped at the
+    /// end. `what` names it in a failure.
+    pub fn listening(mut cmd: Command, what: &str) -> (u16, Reaped) {
+        use std::io::{BufRead, BufReader};
+        let mut child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let reaped = Reaped(child);
+        let mut first = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut first)
+            .unwrap_or_else(|e| panic!("{what}'s first line: {e}"));
+        let port = first
+            .trim()
+            .strip_prefix("listening on ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{what} did not start: {first:?}"));
+        (port, reaped)
+    }
+}
+
 impl Drop for Reaped {
     fn drop(&mut self) {
         let _ = self.0.kill();

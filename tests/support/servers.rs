@@ -1,7 +1,6 @@
 //! Stand-in servers on loopback: a fixed HTTP answer, the fixture producer, a real tinyproxy,
 //! git's own smart HTTP.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -41,24 +40,9 @@ pub struct Producer {
 impl Producer {
     pub fn start(fixtures: &Path) -> Producer {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/producer.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .arg(fixtures)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 runs the fixture producer");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let child = Reaped(child);
-        let mut first = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut first)
-            .expect("the producer prints its port");
-        let port = first
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("producer said {first:?}"));
+        let mut cmd = Command::new("python3");
+        cmd.arg(script).arg(fixtures).stderr(Stdio::null());
+        let (port, child) = Reaped::listening(cmd, "the fixture producer");
         Producer {
             url: format!("http://127.0.0.1:{port}"),
             _child: child,
@@ -136,28 +120,13 @@ pub fn git_http_host(
     const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/git_https.py");
     let (cert, key) = tls.unwrap_or_else(|| ("-".into(), "-".into()));
     let log = std::fs::File::create(root.with_extension("log")).expect("the host's log");
-    let mut child = Command::new("python3")
-        .arg(SERVER)
+    let mut cmd = Command::new("python3");
+    cmd.arg(SERVER)
         .arg(root)
         .arg(cert)
         .arg(key)
         .args(login)
         .env("GIT_HTTPS_BIND", bind)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("python3 runs the git http host");
-    let stdout = child.stdout.take().expect("its stdout");
-    let server = Reaped(child);
-    let mut first = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut first)
-        .expect("the host's first line");
-    let port = first
-        .trim()
-        .strip_prefix("listening on ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("the git http host did not start: {first:?}"));
-    (port, server)
+        .stderr(log);
+    Reaped::listening(cmd, "the git http host")
 }

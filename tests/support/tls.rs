@@ -143,28 +143,13 @@ pub fn s_server(pki: &Pki, leaf: &str) -> (u16, Reaped) {
 /// the plain HTTP server at `upstream` (host:port); returns its port once it accepts.
 pub fn tls_proxy(pki: &Pki, leaf: &str, upstream: &str) -> (u16, Reaped) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/tls_proxy.py");
-    let mut child = Command::new("python3")
-        .arg(script)
+    let mut cmd = Command::new("python3");
+    cmd.arg(script)
         .arg(pki.path(&format!("{leaf}.pem")))
         .arg(pki.path(&format!("{leaf}.key")))
         .arg(upstream)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 runs the TLS proxy");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let guard = Reaped(child);
-    let mut first = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut first)
-        .expect("the proxy prints its port");
-    let port = first
-        .trim()
-        .strip_prefix("listening on ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("the TLS proxy said {first:?}"));
-    (port, guard)
+        .stderr(Stdio::null());
+    Reaped::listening(cmd, "the TLS proxy")
 }
 
 /// A plain TCP relay on loopback, recording every byte clients send through it: the plain path
