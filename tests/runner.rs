@@ -10,6 +10,7 @@ mod board;
 mod cell;
 mod concepts;
 mod container;
+mod depends;
 mod entrypoint;
 mod gaps;
 mod git;

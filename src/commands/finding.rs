@@ -6,6 +6,7 @@ use super::{cell_error, print_json};
 use crate::error::{CliError, CliResult, Exit};
 use metabob_cell::finding_close::{self, CloseOptions, Commits, Outcome, SweepOptions};
 use metabob_cell::record::{self, RecordOptions, RecordOutcome};
+use metabob_wire::depends;
 use metabob_wire::env::Env;
 use metabob_wire::finding::{FindingStatus, Severity};
 use metabob_wire::record::FindingDraft;
@@ -87,7 +88,9 @@ Examples:
   metabob-mcp finding record --file src/parse.py --line-start 40 --line-end 52 \\
       --severity HIGH --category correctness --summary \"parser drops the last token\"
   metabob-mcp finding record --origin https://git.lan/app.git --category task --severity MEDIUM \\
-      --file src/parse.py --summary \"keep the last token\" --details \"ref: main\"")]
+      --file src/parse.py --summary \"keep the last token\" --details \"ref: main\"
+  metabob-mcp finding record --origin https://git.lan/app.git --category task --severity MEDIUM \
+      --file src/use.py --summary \"call the new parser\" --blocked-by agf_0123456789abcdef")]
 pub struct RecordArgs {
     /// A file the finding is about, relative to the repository root (repeat for several).
     #[arg(long = "file", required = true, value_name = "PATH")]
@@ -104,6 +107,10 @@ pub struct RecordArgs {
     /// Longer explanation; for a task, its policy lines (`ref:`, `push_to:`, …).
     #[arg(long, default_value = "")]
     pub details: String,
+    /// A task this task waits for (repeat for several): no cell is offered it until each is
+    /// fixed or retracted. Written as a `blocked-by:` line of the details.
+    #[arg(long = "blocked-by", value_name = "TASK_ID")]
+    pub blocked_by: Vec<String>,
     /// The first line (1-based) of the code it is about, in the first --file.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub line_start: Option<u32>,
@@ -268,10 +275,30 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
         ))
         .hint("give the code's last line"));
     }
+    let mut details = a.details;
+    if !a.blocked_by.is_empty() {
+        if !a.category.eq_ignore_ascii_case("task") {
+            return Err(CliError::failure(
+                "finding record: --blocked-by is for tasks, and this is no task",
+            )
+            .hint("record it with --category task"));
+        }
+        if let Some(bad) = a.blocked_by.iter().find(|b| !depends::is_task_id(b)) {
+            return Err(CliError::failure(format!(
+                "finding record: --blocked-by {}: not a task id",
+                metabob_wire::util::one_line(bad, 80)
+            ))
+            .hint("name the task it waits for by its agf_… id (`task list` shows them)"));
+        }
+        for b in &a.blocked_by {
+            details = format!("{}\n{}: {b}", details.trim_end(), depends::RECORDED_LINE);
+        }
+        details = details.trim_start().to_string();
+    }
     let draft = FindingDraft {
         files: a.files,
         summary: a.summary,
-        details: a.details,
+        details,
         severity: a.severity,
         category: a.category,
         line_start: a.line_start,

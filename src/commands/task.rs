@@ -4,15 +4,19 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult, Exit};
-use metabob_cell::task_claim::{GiveBack, ask_about_task, renew_or_release, reopen_task};
+use metabob_cell::task_claim::{
+    GiveBack, ask_about_task, change_edge, renew_or_release, reopen_task,
+};
 use metabob_cell::task_pull::{self, PullOptions, PullStatus};
 use metabob_wire::board::{Board, Entry};
 use metabob_wire::claims::ClaimOutcome;
+use metabob_wire::depends::{READY_SHAPE, blocked_line};
 use metabob_wire::env::Env;
 use metabob_wire::parking::{Parked, Reopen};
 use metabob_wire::task_action::{
     ActionDone, TASK_ACTION_SHAPE, TASK_HISTORY_SHAPE, TaskAction, TaskHistory,
 };
+use metabob_wire::verdict::VerdictKind;
 
 /// A cell's task: take one from the ledger, keep its claim alive or give it back; put a parked
 /// task back; show the board.
@@ -39,6 +43,8 @@ impl TaskArgs {
             TaskCommand::List(a) => &mut a.connect,
             TaskCommand::Show(a) => &mut a.target.connect,
             TaskCommand::Cancel(a) => &mut a.target.connect,
+            TaskCommand::Block(a) => &mut a.target.connect,
+            TaskCommand::Unblock(a) => &mut a.target.connect,
         }
     }
 }
@@ -58,9 +64,9 @@ pub enum TaskCommand {
     Release(ReleaseArgs),
     /// Put a parked task back on the board, so cells are offered it again (needs a write key).
     Reopen(ReopenArgs),
-    /// The board: per repository, the open, claimed, pending, closed, withdrawn and parked
-    /// tasks, as the ledger's `taskBoard` derives them. Exit 0, 2 not attached, 1 any other
-    /// failure.
+    /// The board: per repository, the open, blocked, claimed, pending, closed, withdrawn and
+    /// parked tasks, as the ledger's `taskBoard` derives them; with --ready, only what a cell
+    /// would be offered now. Exit 0, 2 not attached, 1 any other failure.
     List(ListArgs),
     /// One task's history: every claim, renewal, failure (with the harness's last lines),
     /// park, reopening and verdict in order, and each attempt with its duration.
@@ -68,6 +74,36 @@ pub enum TaskCommand {
     /// Withdraw a task for good, with a reason: no cell is offered it again and it cannot be
     /// reopened (needs a write key).
     Cancel(CancelArgs),
+    /// Make a task wait for others: no cell is offered it until each is fixed or retracted
+    /// (needs a write key). A cycle, an unknown task or the task itself is refused.
+    Block(BlockArgs),
+    /// Let a task stop waiting for a task it waits for (needs a write key).
+    Unblock(UnblockArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task block agf_0123456789abcdef --by agf_fedcba9876543210
+  metabob-mcp task list --ready                    # what cells are offered now")]
+pub struct BlockArgs {
+    #[command(flatten)]
+    pub target: TaskTarget,
+    /// A task it waits for, by `agf_` id or concept id (repeat for several).
+    #[arg(long = "by", value_name = "TASK_ID", required = true)]
+    pub by: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  metabob-mcp task unblock agf_0123456789abcdef --from agf_fedcba9876543210")]
+pub struct UnblockArgs {
+    #[command(flatten)]
+    pub target: TaskTarget,
+    /// A task it no longer waits for (repeat for several).
+    #[arg(long = "from", value_name = "TASK_ID", required = true)]
+    pub from: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -120,11 +156,16 @@ pub struct ReopenArgs {
 Examples:
   metabob-mcp task list
   metabob-mcp task list --origin https://git.lan/app.git
+  metabob-mcp task list --ready --origin https://git.lan/app.git
   metabob-mcp task list --json --ledger http://ledger.lan:18100 --api-key mb_live_…")]
 pub struct ListArgs {
     /// Only this origin's repository (default: every repository of the key's org).
     #[arg(long, value_name = "GIT_URL")]
     pub origin: Option<String>,
+    /// Only the tasks a cell would be offered now (ready, and nobody holds them), most severe
+    /// first, as the ledger's take weighs them (`taskReady`).
+    #[arg(long)]
+    pub ready: bool,
     /// Print the board as the ledger answered it, as JSON.
     #[arg(long)]
     pub json: bool,
@@ -247,6 +288,8 @@ pub async fn run(args: TaskArgs, env: Env) -> CliResult {
             let t = a.target;
             act(TaskAction::Cancel, t.task, Some(a.reason), t.json, env).await
         }
+        TaskCommand::Block(a) => edges(a.target, a.by, VerdictKind::Blocked, env).await,
+        TaskCommand::Unblock(a) => edges(a.target, a.from, VerdictKind::Unblocked, env).await,
     }
 }
 
@@ -382,22 +425,63 @@ async fn act(
     }
 }
 
-/// Thin by design: the grouping is the ledger's (`taskBoard`, SPEC.md §The board).
+/// `task block|unblock`: one row per other task named, in order; the first refusal stops.
+async fn edges(t: TaskTarget, others: Vec<String>, kind: VerdictKind, env: Env) -> CliResult {
+    let command = format!(
+        "task {}",
+        if kind == VerdictKind::Blocked {
+            "block"
+        } else {
+            "unblock"
+        }
+    );
+    let mut done = Vec::new();
+    for other in others {
+        let blocker = change_edge(&t.task, &other, kind, env.clone())
+            .await
+            .map_err(|e| super::cell_error(&command, e))?;
+        if !t.json {
+            match kind {
+                VerdictKind::Blocked => metabob_wire::outln!("{} waits for {blocker}", t.task),
+                _ => metabob_wire::outln!("{} no longer waits for {blocker}", t.task),
+            }
+        }
+        done.push(blocker);
+    }
+    if t.json {
+        let word = if kind == VerdictKind::Blocked {
+            "blocked_by"
+        } else {
+            "unblocked_from"
+        };
+        super::print_json(&serde_json::json!({ "task": t.task, word: done }))?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// Thin by design: the grouping is the ledger's (`taskBoard`, SPEC.md §The board), and so is
+/// what is ready (`taskReady`, SPEC.md §Dependencies).
 // anchor: task-list
 async fn list(a: ListArgs, mut env: Env) -> CliResult {
     let here = env.cwd().to_path_buf();
     let att = metabob_cell::attach_once(&mut env, &here)
         .await
         .map_err(|e| super::cell_error("task list", e))?;
-    let mut pointer = serde_json::json!({ "type": "taskBoard" });
+    let shape = if a.ready { READY_SHAPE } else { "taskBoard" };
+    let mut pointer = serde_json::json!({ "type": shape });
     if let Some(origin) = &a.origin {
         pointer["origin"] = origin.as_str().into();
     }
     let board = att
         .resolve(pointer)
         .await
-        .and_then(|r| r.ok("taskBoard"))
+        .and_then(|r| r.ok(shape))
         .map_err(|e| super::cell_error("task list", e.into()))?;
+    if a.ready && !a.json {
+        let ready: Ready = read_answer("task list --ready", READY_SHAPE, &board)?;
+        metabob_wire::out!("{}", ready_text(&ready));
+        return Ok(Exit::Ok);
+    }
     if a.json {
         super::print_json(&board)?;
     } else {
@@ -406,6 +490,41 @@ async fn list(a: ListArgs, mut env: Env) -> CliResult {
         metabob_wire::out!("{}", board_text(&board));
     }
     Ok(Exit::Ok)
+}
+
+/// `taskReady`'s answer, as `task list --ready` reads it.
+#[derive(serde::Deserialize)]
+struct Ready {
+    ready: Vec<ReadyTask>,
+    #[serde(default)]
+    truncated: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct ReadyTask {
+    task_id: String,
+    summary: String,
+    severity: String,
+    #[serde(default)]
+    repository: String,
+}
+
+/// One line per task a cell would be offered now, in the take's order.
+fn ready_text(r: &Ready) -> String {
+    let mut out = String::new();
+    for t in &r.ready {
+        out.push_str(&format!(
+            "ready     {} {} ({}, {})\n",
+            t.task_id, t.summary, t.severity, t.repository
+        ));
+    }
+    if r.ready.is_empty() {
+        out.push_str("no task is ready\n");
+    }
+    if r.truncated {
+        out.push_str("(only the first tasks are shown)\n");
+    }
+    out
 }
 
 /// The board as text: one block per repository, one line per task with its group's details.
@@ -417,6 +536,7 @@ pub fn board_text(board: &Board) -> String {
         for entry in repo.entries() {
             let detail = match entry {
                 Entry::Open(t) => t.severity.clone(),
+                Entry::Blocked(t) => blocked_line(&t.blocked_by),
                 Entry::Claimed(t) => format!(
                     "by {} until {}{}",
                     t.holder,

@@ -10,7 +10,9 @@ use super::task_file::TaskFile;
 use crate::ledger::claims::{self, ClaimAction, ClaimOutcome};
 use crate::ledger::parking::{self, Parked, Reopen};
 use crate::ledger::recall::{fetch_concept, read_window};
+use crate::ledger::verdict::{self, VerdictKind};
 use metabob_net::attachment::{Attachment, vessel_id};
+use metabob_wire::depends::edge_row;
 use metabob_wire::env::Env;
 use metabob_wire::finding::{FINDING_SHAPE, Finding};
 use metabob_wire::row::read_rows;
@@ -90,6 +92,27 @@ pub async fn reopen_task(task: &str, mut env: Env) -> Result<Reopen, CellError> 
     let me = vessel_id(&env, &cwd).unwrap_or_else(|| "operator".to_string());
     let session = att.claim().session.clone();
     Ok(parking::reopen(&att, &finding, &me, &session).await?)
+}
+
+/// Makes `task` wait for `blocker` (`Blocked`), or no longer (`Unblocked`), both named by
+/// `agf_` id or concept id (anchor: change_edge); the row names the blocker by its first id,
+/// which is answered. The ledger checks the edge in the write that stores it and refuses it in
+/// one line (SPEC.md §Dependencies); what it notes is said as a warning.
+pub async fn change_edge(
+    task: &str,
+    blocker: &str,
+    kind: VerdictKind,
+    mut env: Env,
+) -> Result<String, CellError> {
+    let cwd = env.cwd().to_path_buf();
+    let att = super::attach_once(&mut env, &cwd).await?;
+    let dependent = find_task(&att, task).await?;
+    let blocker = find_task(&att, blocker).await?;
+    let me = vessel_id(&env, &cwd).unwrap_or_else(|| "operator".to_string());
+    let session = att.claim().session.clone();
+    let row = edge_row(&dependent, kind, blocker.id(), Some(me), &session);
+    verdict::write(&att, &row, "dependency").await?;
+    Ok(blocker.id().to_string())
 }
 
 /// A task by concept id, or by `agf_` id among the findings the ledger's window holds.

@@ -192,7 +192,8 @@ impl<'a> Classified<'a> {
 }
 
 /// Open tasks: category task, recorded open, no verdict that closes it, holds a fix or parks
-/// it, and not failed by this cell; then who holds each at `now`. Pure: nothing is sent.
+/// it, not failed by this cell, and ready unless this cell holds it; then who holds each at
+/// `now`. Pure: nothing is sent.
 pub fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> {
     let mut c = Classified::default();
     for r in view.findings.iter().filter(|r| {
@@ -205,6 +206,9 @@ pub fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> 
     }) {
         match view.holder(&r.finding, now) {
             Some(h) if h.holder == me => c.mine.push(r),
+            // A blocked task is not offered, nor waited for; one this cell holds already is
+            // kept (SPEC.md §Dependencies).
+            _ if !view.open_blockers(&r.finding).is_empty() => {}
             Some(h) => c.held.push((r, h)),
             None => c.free.push(r),
         }

@@ -1,10 +1,10 @@
 "use strict";
 // The key lives in this tab only: sessionStorage, never a cookie or localStorage.
 const STORE = "metabob-board-key";
-const GROUPS = ["open", "claimed", "pending", "closed", "withdrawn", "parked"];
+const GROUPS = ["open", "blocked", "claimed", "pending", "closed", "withdrawn", "parked"];
 const REFRESH_MS = 3000;
 // Which actions a task's group offers; the ledger decides again (one rule) and may refuse.
-const ACTIONS = { reopen: ["parked"], release: ["claimed"], cancel: ["open", "claimed", "pending", "withdrawn", "parked"] };
+const ACTIONS = { reopen: ["parked"], release: ["claimed"], cancel: ["open", "blocked", "claimed", "pending", "withdrawn", "parked"] };
 // The task the detail view shows, if any.
 let selected = null;
 
@@ -40,6 +40,8 @@ function detail(group, t) {
     case "closed":
       return (t.verdict || "closed") + (t.fix_commit ? " commit " + t.fix_commit : "") +
         (t.closed_by ? " by " + t.closed_by : "");
+    case "blocked":
+      return "blocked by " + (t.blocked_by || []).map(b => b.state + " " + b.task_id).join(", ");
     case "withdrawn":
     case "parked":
       return "reason: " + t.reason;

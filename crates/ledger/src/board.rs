@@ -18,10 +18,11 @@ use super::goals::walk::{self, Ending, Outcome, TaskRow, one_line};
 use super::input::Fields;
 use super::sql::Sql;
 use metabob_wire::board::{
-    Board, BoardCell, BoardGoal, BoardRepository, BoardTask, ClaimedTask, ClosedTask, ParkedTask,
-    PendingTask, WithdrawnTask,
+    BlockedTask, Board, BoardCell, BoardGoal, BoardRepository, BoardTask, ClaimedTask, ClosedTask,
+    ParkedTask, PendingTask, WithdrawnTask,
 };
 use metabob_wire::claims;
+use metabob_wire::depends::{OpenBlocker, open_blockers};
 use metabob_wire::finding::{FINDING_SHAPE, Finding};
 use metabob_wire::repo_identity::{identity_of_origin, vessel_aliases};
 use metabob_wire::row::read_rows;
@@ -106,22 +107,39 @@ impl BoardRequest {
                 by_id.entry(id.as_str()).or_default().push(i);
             }
         }
+        let weighed: Vec<(&Finding, Vec<TaskRow>)> = tasks
+            .iter()
+            .map(|task| {
+                let mut mine: Vec<usize> = task
+                    .finding_ids
+                    .iter()
+                    .flat_map(|id| by_id.get(id.as_str()).into_iter().flatten().copied())
+                    .collect();
+                mine.sort_unstable();
+                mine.dedup();
+                let mine: Vec<TaskRow> = mine
+                    .into_iter()
+                    .filter_map(|i| rows.get(i))
+                    .filter(|r| r.verdict.concerns(task))
+                    .cloned()
+                    .collect();
+                (task, mine)
+            })
+            .collect();
+        // Every task's standing by each of its ids, for the blockers of the ones that wait.
+        let mut standings: HashMap<&str, (String, Standing)> = HashMap::new();
+        for (task, mine) in &weighed {
+            let s = standing(mine.iter().map(|r| &r.verdict));
+            for id in &task.finding_ids {
+                standings.insert(id.as_str(), (task.id().to_string(), s.clone()));
+            }
+        }
         let mut board = Gathered::default();
-        for task in &tasks {
-            let mut mine: Vec<usize> = task
-                .finding_ids
-                .iter()
-                .flat_map(|id| by_id.get(id.as_str()).into_iter().flatten().copied())
-                .collect();
-            mine.sort_unstable();
-            mine.dedup();
-            let mine: Vec<TaskRow> = mine
-                .into_iter()
-                .filter_map(|i| rows.get(i))
-                .filter(|r| r.verdict.concerns(task))
-                .cloned()
-                .collect();
-            board.add(task, mine, now_ms);
+        for (task, mine) in weighed {
+            let waits = open_blockers(task, mine.iter().map(|r| &r.verdict), |id| {
+                standings.get(id).cloned()
+            });
+            board.add(task, mine, waits, now_ms);
         }
         Ok(Board {
             goals: board.goals(conn, org)?,
@@ -174,24 +192,21 @@ fn read_shape(
 }
 
 /// The board group (`board::GROUPS`) one task stands in, by the same weighing as the board's.
-pub fn group_of(task: &Finding, rows: Vec<TaskRow>, now_ms: i64) -> &'static str {
+pub fn group_of(
+    task: &Finding,
+    rows: Vec<TaskRow>,
+    waits: Vec<OpenBlocker>,
+    now_ms: i64,
+) -> &'static str {
     let mut one = Gathered::default();
-    one.add(task, rows, now_ms);
+    one.add(task, rows, waits, now_ms);
     let Some(repo) = one.repos.into_values().next() else {
         return "open";
     };
-    let sizes = [
-        repo.open.len(),
-        repo.claimed.len(),
-        repo.pending.len(),
-        repo.closed.len(),
-        repo.withdrawn.len(),
-        repo.parked.len(),
-    ];
-    sizes
-        .iter()
-        .position(|n| *n > 0)
-        .map_or("open", |i| metabob_wire::board::GROUPS[i])
+    repo.counts()
+        .into_iter()
+        .find(|(_, n)| *n > 0)
+        .map_or("open", |(group, _)| group)
 }
 
 /// What the board gathers as it weighs each task.
@@ -210,7 +225,8 @@ fn who(v: &Verdict) -> Option<String> {
 }
 
 impl Gathered {
-    fn add(&mut self, task: &Finding, rows: Vec<TaskRow>, now_ms: i64) {
+    /// Files `task` in its group; `waits` are the blockers that hold it back.
+    fn add(&mut self, task: &Finding, rows: Vec<TaskRow>, waits: Vec<OpenBlocker>, now_ms: i64) {
         let verdicts: Vec<Verdict> = rows.iter().map(|r| r.verdict.clone()).collect();
         // A claim or its renewal is the cell's heartbeat.
         for v in verdicts.iter().filter(|v| v.kind == VerdictKind::Claimed) {
@@ -287,6 +303,11 @@ impl Gathered {
                         lapsed: h.until_ms < now_ms,
                     });
                 }
+                // Waiting comes before a lapsed claim: no cell may take it up again yet.
+                _ if !waits.is_empty() && task.status.is_open() => repo.blocked.push(BlockedTask {
+                    task: base,
+                    blocked_by: waits,
+                }),
                 // Nobody holds it, but the last claim ran out rather than being given back:
                 // shown as claimed and lapsed, since it is the stuck work an operator asks about.
                 (_, None, Some(span)) if matches!(span.ending, Ending::Lapsed { .. }) => {

@@ -32,6 +32,7 @@ pub mod row_ids;
 pub mod sql;
 pub mod take;
 pub mod task_actions;
+pub mod task_edges;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

@@ -234,14 +234,7 @@ impl Metrics {
         let cells = Family::<CellLabels, Gauge>::default();
         for (org, board) in seen {
             for repo in &board.repositories {
-                for (state, n) in [
-                    ("open", repo.open.len()),
-                    ("claimed", repo.claimed.len()),
-                    ("pending", repo.pending.len()),
-                    ("closed", repo.closed.len()),
-                    ("parked", repo.parked.len()),
-                    ("withdrawn", repo.withdrawn.len()),
-                ] {
+                for (state, n) in repo.counts() {
                     tasks
                         .get_or_create(&TaskLabels {
                             org: LabelText(org.clone()),

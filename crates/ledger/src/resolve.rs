@@ -257,6 +257,14 @@ pub async fn dispatch(
                 .read(&key.org_id, budget, move |c| req.run(c, &org, now))
                 .await?)
         }
+        metabob_wire::depends::READY_SHAPE => {
+            let req = super::take::ReadyRequest::parse(&p)?;
+            let now = metabob_wire::util::now_ms();
+            ok(ledger
+                .db
+                .read(&key.org_id, budget, move |c| req.run(c, &org, now))
+                .await?)
+        }
         metabob_wire::task_action::TASK_HISTORY_SHAPE => {
             let req = super::task_actions::HistoryRequest::parse(&p)?;
             let now = metabob_wire::util::now_ms();

@@ -13,6 +13,7 @@ use super::goals::store::task_rows;
 use super::input::Fields;
 use super::open_tasks;
 use super::sql::Sql;
+use super::task_edges;
 use metabob_wire::claims::{
     self, DEFAULT_CLAIM_MINUTES, Held, MAX_CLAIM_MINUTES, MAX_TAKE_CANDIDATES,
 };
@@ -66,6 +67,8 @@ enum Look {
     FailedHere,
     /// Another write is deciding its holder at this moment (another replica's, on PostgreSQL).
     Busy,
+    /// A blocker holds it back, and this claimer does not hold it already.
+    Blocked,
 }
 
 impl TakeRequest {
@@ -131,6 +134,7 @@ impl TakeRequest {
                     passed.push(json!({ "concept_id": id, "outcome": "failed_here" }))
                 }
                 Look::Busy => passed.push(json!({ "concept_id": id, "outcome": "busy" })),
+                Look::Blocked => passed.push(json!({ "concept_id": id, "outcome": "blocked" })),
             }
         }
         // Read only once the named ones are taken. What is passed over here the caller never
@@ -138,9 +142,15 @@ impl TakeRequest {
         // nothing still learns when to look again.
         let mut waiting: Vec<(open_tasks::OpenTask, Held)> = Vec::new();
         for t in self.rest_of_repository(w.sql(), org, now)? {
+            let live = t.held.clone().filter(|h| now < claims::lapses_at(h));
+            let mine = live.as_ref().is_some_and(|h| h.holder == self.vessel);
+            // A blocked task is not worth waiting for, unless it is this claimer's own.
+            if t.blocked && !mine {
+                continue;
+            }
             // The index's holder, live now, is the holder rule's answer: no row is read.
-            if let Some(h) = t.held.clone().filter(|h| now < claims::lapses_at(h))
-                && h.holder != self.vessel
+            if let Some(h) = live
+                && !mine
             {
                 waiting.push((t, h));
                 continue;
@@ -150,7 +160,7 @@ impl TakeRequest {
                     return self.take(w, org, &t.concept_id, (task, rows, renew), now, passed);
                 }
                 Look::Held(h) => waiting.push((t, h)),
-                Look::Closed | Look::FailedHere | Look::Busy => {}
+                Look::Closed | Look::FailedHere | Look::Busy | Look::Blocked => {}
             }
         }
         // The claims that end first are the ones worth naming.
@@ -244,14 +254,8 @@ impl TakeRequest {
 
     /// Weighs an indexed task by its rows: the holder rule, its standing and who failed it.
     fn weigh(&self, conn: Sql<'_>, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
-        let concept = match load_concept(conn, org, id) {
-            Ok(c) => c,
-            Err(ApiError::ConceptNotFound(_)) => return Ok(Look::Closed),
-            Err(e) => return Err(e),
-        };
-        let task = match Finding::read(&concept) {
-            Ok(Some(f)) if f.is_task() && f.status.is_open() => f,
-            _ => return Ok(Look::Closed),
+        let Some(task) = open_task(conn, org, id)? else {
+            return Ok(Look::Closed);
         };
         // Another replica is writing a row about this task right now (PostgreSQL): it is not
         // free for this take, and waiting could only lose. Once locked, the rows read below
@@ -261,6 +265,12 @@ impl TakeRequest {
                 return Ok(Look::Busy);
             }
         }
+        self.judge(conn, org, task, now)
+    }
+
+    /// The take's verdict on an open task, from its rows: closed or parked, failed by this
+    /// claimer, held by another, blocked, or free.
+    fn judge(&self, conn: Sql<'_>, org: &str, task: Finding, now: i64) -> Result<Look, ApiError> {
         let rows: Vec<Verdict> = task_rows(conn, org, &task)?
             .into_iter()
             .map(|r| r.verdict)
@@ -277,6 +287,9 @@ impl TakeRequest {
         }
         Ok(match claims::holder(&rows, now) {
             Some(h) if h.holder != self.vessel => Look::Held(h),
+            // A claim this claimer holds is renewed though a blocker came since: the edge does
+            // not take back work begun (SPEC.md §Dependencies).
+            None if task_edges::blocked(conn, org, task.id())? => Look::Blocked,
             mine => Look::Free {
                 task: Box::new(task),
                 rows,
@@ -311,5 +324,92 @@ impl TakeRequest {
                 "the claim written does not hold the task".into(),
             )),
         }
+    }
+}
+
+/// The open task `id` names, read as the client reads it; `None` for anything else.
+fn open_task(conn: Sql<'_>, org: &str, id: &str) -> Result<Option<Finding>, ApiError> {
+    let concept = match load_concept(conn, org, id) {
+        Ok(c) => c,
+        Err(ApiError::ConceptNotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(match Finding::read(&concept) {
+        Ok(Some(f)) if f.is_task() && f.status.is_open() => Some(f),
+        _ => None,
+    })
+}
+
+/// `taskReady {origin?}` (anchor: task-ready): every task a take would hand out now to a cell
+/// that failed none and holds none, weighed by the take's own code, most severe first and then
+/// oldest. Reads only: what `task list --ready` prints.
+pub struct ReadyRequest {
+    repository: Option<String>,
+}
+
+/// The most tasks `taskReady` names.
+pub const MAX_READY: usize = 1000;
+
+impl ReadyRequest {
+    pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
+        let origin = p
+            .opt_str("origin")?
+            .map(str::trim)
+            .filter(|o| !o.is_empty());
+        if origin.is_some_and(|o| o.len() > MAX_REPOSITORY_BYTES) {
+            return Err(ApiError::bad(format!(
+                "origin: longer than {MAX_REPOSITORY_BYTES} bytes"
+            )));
+        }
+        Ok(ReadyRequest {
+            repository: origin.map(metabob_wire::repo_identity::identity_of_origin),
+        })
+    }
+
+    pub fn run(self, conn: Sql<'_>, org: &str, now: i64) -> Result<Value, ApiError> {
+        // A claimer that is nobody: no task is its own, and it failed none.
+        let nobody = TakeRequest {
+            candidates: Vec::new(),
+            repository: self.repository.clone(),
+            skip: Vec::new(),
+            vessel: String::new(),
+            session: String::new(),
+            minutes: DEFAULT_CLAIM_MINUTES,
+            claim: None,
+        };
+        let aliases = self.repository.as_deref().map(vessel_aliases);
+        let mut ready = Vec::new();
+        let mut more = false;
+        for t in open_tasks::open(conn, org)? {
+            if t.blocked
+                || t.held.as_ref().is_some_and(|h| now < claims::lapses_at(h))
+                || aliases
+                    .as_ref()
+                    .is_some_and(|a| !a.belongs(&t.repo, &t.files))
+            {
+                continue;
+            }
+            let Some(task) = open_task(conn, org, &t.concept_id)? else {
+                continue;
+            };
+            if let Look::Free { .. } = nobody.judge(conn, org, task, now)? {
+                if ready.len() == MAX_READY {
+                    more = true;
+                    break;
+                }
+                ready.push(t);
+            }
+        }
+        ready.sort_by_key(|t| t.severity);
+        let tasks: Vec<Value> = ready
+            .iter()
+            .map(|t| {
+                json!({
+                    "concept_id": t.concept_id, "task_id": t.task_id, "summary": t.summary,
+                    "severity": t.severity, "repository": t.repo,
+                })
+            })
+            .collect();
+        Ok(json!({ "ready": tasks, "truncated": more }))
     }
 }

@@ -40,7 +40,7 @@ fn task_field(p: &Fields<'_>) -> Result<String, ApiError> {
 }
 
 /// The task `id` names in `org`: by concept id, or the first task row naming that `agf_` id.
-fn find_task(conn: Sql<'_>, org: &str, id: &str) -> Result<Option<Finding>, ApiError> {
+pub(crate) fn find_task(conn: Sql<'_>, org: &str, id: &str) -> Result<Option<Finding>, ApiError> {
     let concepts = if id.starts_with("concept_") {
         vec![id.to_string()]
     } else {
@@ -108,7 +108,8 @@ fn history(conn: Sql<'_>, org: &str, task: &Finding, now_ms: i64) -> Result<Task
     let rows = task_rows(conn, org, task)?;
     let mut verdicts: Vec<Verdict> = rows.iter().map(|r| r.verdict.clone()).collect();
     verdicts.sort_by_key(|v| (v.seq, v.created_ms));
-    let group = group_of(task, rows.clone(), now_ms);
+    let waits = crate::task_edges::waits(conn, org, task)?;
+    let group = group_of(task, rows.clone(), waits, now_ms);
     let walk = walk::derive(rows, withdrawn_for_good(task), now_ms);
     let text = |s: &str| one_line(s, TEXT_CHARS);
     let attempts = walk
@@ -186,6 +187,9 @@ fn event_detail(v: &Verdict) -> Option<String> {
     }
     if !v.tried_by.is_empty() {
         parts.push(format!("tried by {}", v.tried_by.join(", ")));
+    }
+    if let Some(blocker) = &v.blocker {
+        parts.push(format!("blocker {blocker}"));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
 }

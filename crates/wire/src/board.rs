@@ -16,10 +16,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::depends::OpenBlocker;
+
 /// The groups of a repository's tasks, in the order the board shows them; each is a field of
 /// [`BoardRepository`] of the same name.
-pub const GROUPS: [&str; 6] = [
+pub const GROUPS: [&str; 7] = [
     "open",
+    "blocked",
     "claimed",
     "pending",
     "closed",
@@ -63,6 +66,9 @@ pub struct BoardRepository {
     /// Nobody holds it and nothing closed it.
     #[serde(default)]
     pub open: Vec<BoardTask>,
+    /// Open, nobody holds it, and a blocker holds it back (SPEC.md §Dependencies).
+    #[serde(default)]
+    pub blocked: Vec<BlockedTask>,
     #[serde(default)]
     pub claimed: Vec<ClaimedTask>,
     #[serde(default)]
@@ -84,15 +90,31 @@ impl BoardRepository {
         }
     }
 
+    /// How many tasks each group holds, in the order of [`GROUPS`].
+    pub fn counts(&self) -> [(&'static str, usize); GROUPS.len()] {
+        let n = [
+            self.open.len(),
+            self.blocked.len(),
+            self.claimed.len(),
+            self.pending.len(),
+            self.closed.len(),
+            self.withdrawn.len(),
+            self.parked.len(),
+        ];
+        std::array::from_fn(|i| (GROUPS[i], n[i]))
+    }
+
     /// Every task, group by group in the order of [`GROUPS`].
     pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
         let open = self.open.iter().map(Entry::Open);
+        let blocked = self.blocked.iter().map(Entry::Blocked);
         let claimed = self.claimed.iter().map(Entry::Claimed);
         let pending = self.pending.iter().map(Entry::Pending);
         let closed = self.closed.iter().map(Entry::Closed);
         let withdrawn = self.withdrawn.iter().map(Entry::Withdrawn);
         let parked = self.parked.iter().map(Entry::Parked);
-        open.chain(claimed)
+        open.chain(blocked)
+            .chain(claimed)
             .chain(pending)
             .chain(closed)
             .chain(withdrawn)
@@ -106,6 +128,15 @@ pub struct BoardTask {
     pub task_id: String,
     pub summary: String,
     pub severity: String,
+}
+
+/// A task that waits for others.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedTask {
+    #[serde(flatten)]
+    pub task: BoardTask,
+    /// The blockers that hold it back, each with why.
+    pub blocked_by: Vec<OpenBlocker>,
 }
 
 /// A claimed task: held now, or nobody holds it but its last claim ran out (`lapsed`).
@@ -174,6 +205,7 @@ pub struct ParkedTask {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Entry<'a> {
     Open(&'a BoardTask),
+    Blocked(&'a BlockedTask),
     Claimed(&'a ClaimedTask),
     Pending(&'a PendingTask),
     Closed(&'a ClosedTask),
@@ -186,11 +218,12 @@ impl<'a> Entry<'a> {
     pub fn group(&self) -> &'static str {
         match self {
             Entry::Open(_) => GROUPS[0],
-            Entry::Claimed(_) => GROUPS[1],
-            Entry::Pending(_) => GROUPS[2],
-            Entry::Closed(_) => GROUPS[3],
-            Entry::Withdrawn(_) => GROUPS[4],
-            Entry::Parked(_) => GROUPS[5],
+            Entry::Blocked(_) => GROUPS[1],
+            Entry::Claimed(_) => GROUPS[2],
+            Entry::Pending(_) => GROUPS[3],
+            Entry::Closed(_) => GROUPS[4],
+            Entry::Withdrawn(_) => GROUPS[5],
+            Entry::Parked(_) => GROUPS[6],
         }
     }
 
@@ -198,6 +231,7 @@ impl<'a> Entry<'a> {
     pub fn task(&self) -> &'a BoardTask {
         match *self {
             Entry::Open(t) => t,
+            Entry::Blocked(t) => &t.task,
             Entry::Claimed(t) => &t.task,
             Entry::Pending(t) => &t.task,
             Entry::Closed(t) => &t.task,
@@ -255,6 +289,13 @@ mod tests {
         BoardRepository {
             repository: "git.lan/app".into(),
             open: vec![task("agf_open")],
+            blocked: vec![BlockedTask {
+                task: task("agf_blocked"),
+                blocked_by: vec![OpenBlocker {
+                    task_id: "agf_open".into(),
+                    state: "open".into(),
+                }],
+            }],
             claimed: vec![ClaimedTask {
                 task: task("agf_claimed"),
                 holder: "c1".into(),

@@ -115,6 +115,7 @@ mod tests {
             claim_until: None,
             reason: None,
             tried_by: Vec::new(),
+            blocker: None,
         }
     }
 

@@ -311,8 +311,30 @@ impl NewFinding {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An open task of `git.lan/app` with the one id `id`; tests fill in what they need.
+    pub(crate) fn finding(id: &str) -> Finding {
+        Finding {
+            concept_id: "concept_task".into(),
+            seq: 1,
+            created_ms: 0,
+            summary: "fix a".into(),
+            severity: Severity::High,
+            category: "task".into(),
+            repo: Some("git.lan/app".into()),
+            repo_name: None,
+            workspace: None,
+            files: vec!["a.py".into()],
+            lines: None,
+            status: FindingStatus::Open,
+            finding_ids: vec![id.into()],
+            recorded_by: None,
+            session: None,
+            details: String::new(),
+        }
+    }
 
     #[test]
     fn a_new_finding_reads_back_the_same() {

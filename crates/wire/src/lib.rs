@@ -16,6 +16,7 @@
 
 pub mod board;
 pub mod claims;
+pub mod depends;
 pub mod env;
 pub mod finding;
 pub mod guard;

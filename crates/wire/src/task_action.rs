@@ -211,27 +211,9 @@ pub struct HistoryEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::finding::{FindingStatus, Severity};
 
     fn task() -> Finding {
-        Finding {
-            concept_id: "concept_task".into(),
-            seq: 1,
-            created_ms: 0,
-            summary: "fix a".into(),
-            severity: Severity::High,
-            category: "task".into(),
-            repo: Some("git.lan/app".into()),
-            repo_name: None,
-            workspace: None,
-            files: vec!["a.py".into()],
-            lines: None,
-            status: FindingStatus::Open,
-            finding_ids: vec!["agf_1".into()],
-            recorded_by: None,
-            session: None,
-            details: String::new(),
-        }
+        crate::finding::tests::finding("agf_1")
     }
 
     fn row(seq: i64, kind: VerdictKind, by: &str) -> Verdict {

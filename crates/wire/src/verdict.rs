@@ -47,6 +47,10 @@ pub enum VerdictKind {
     /// Withdrawn for good by an operator (`task cancel`): it outranks every other verdict, so
     /// nothing reopens the task.
     Cancelled,
+    /// The task waits for the task its `blocked_by:` line names (SPEC.md §Dependencies).
+    Blocked,
+    /// The task no longer waits for the task its `blocked_by:` line names.
+    Unblocked,
 }
 
 impl VerdictKind {
@@ -62,6 +66,8 @@ impl VerdictKind {
             VerdictKind::Parked => "parked".into(),
             VerdictKind::Reopened => "reopened".into(),
             VerdictKind::Cancelled => "cancelled".into(),
+            VerdictKind::Blocked => "blocked".into(),
+            VerdictKind::Unblocked => "unblocked".into(),
         }
     }
 
@@ -78,6 +84,8 @@ impl VerdictKind {
             VerdictKind::Parked => "[verdict:parked]",
             VerdictKind::Reopened => "[verdict:reopened]",
             VerdictKind::Cancelled => "[verdict:cancelled]",
+            VerdictKind::Blocked => "[verdict:blocked]",
+            VerdictKind::Unblocked => "[verdict:unblocked]",
         }
     }
 
@@ -92,6 +100,8 @@ impl VerdictKind {
             "parked" => VerdictKind::Parked,
             "reopened" => VerdictKind::Reopened,
             "cancelled" => VerdictKind::Cancelled,
+            "blocked" => VerdictKind::Blocked,
+            "unblocked" => VerdictKind::Unblocked,
             "fix pending (uncommitted)" => VerdictKind::Pending(Pending::Uncommitted),
             "fix pending (unpushed)" => VerdictKind::Pending(Pending::Unpushed),
             "fix pending (awaiting merge)" => VerdictKind::Pending(Pending::AwaitingMerge),
@@ -167,6 +177,8 @@ pub struct Verdict {
     pub reason: Option<String>,
     /// A park's `tried_by:` line: the cells whose failures parked the task.
     pub tried_by: Vec<String>,
+    /// A block's or unblock's `blocked_by:` line: the blocker's task id.
+    pub blocker: Option<String>,
 }
 
 /// The most cells a park names.
@@ -218,6 +230,10 @@ impl Verdict {
             // check_header bounded every value already.
             reason: h.get("reason").map(str::to_owned),
             tried_by: h.list("tried_by").into_iter().take(MAX_TRIED_BY).collect(),
+            blocker: h
+                .get(crate::depends::BLOCKER_FIELD)
+                .filter(|id| crate::depends::is_task_id(id))
+                .map(str::to_owned),
             concept_id: row.concept_id,
             seq: row.seq,
             created_ms: row.created_ms,
@@ -267,7 +283,9 @@ pub fn standing<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>) -> Standing
         | VerdictKind::Withdrawn
         | VerdictKind::Failed
         | VerdictKind::Parked
-        | VerdictKind::Reopened => None,
+        | VerdictKind::Reopened
+        | VerdictKind::Blocked
+        | VerdictKind::Unblocked => None,
     };
     let mut best: Option<(i32, i64, &Verdict)> = None;
     let mut parking: Option<&Verdict> = None;
@@ -389,6 +407,7 @@ pub(crate) mod tests {
             claim_until: None,
             reason: None,
             tried_by: Vec::new(),
+            blocker: None,
         }
     }
 
@@ -462,6 +481,8 @@ pub(crate) mod tests {
             VerdictKind::Failed,
             VerdictKind::Parked,
             VerdictKind::Reopened,
+            VerdictKind::Blocked,
+            VerdictKind::Unblocked,
             VerdictKind::Pending(Pending::Uncommitted),
             VerdictKind::Pending(Pending::Unpushed),
             VerdictKind::Pending(Pending::AwaitingMerge),

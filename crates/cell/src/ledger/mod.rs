@@ -12,12 +12,26 @@ pub mod verdict;
 
 use metabob_net::attachment::{Attachment, ResolveError};
 
+/// The most notes of one write that are said.
+const MAX_NOTES: usize = 32;
+
 /// Sends a `concept_create_write` and returns the new concept's id.
 pub async fn write_concept(
     att: &Attachment,
     pointer: serde_json::Value,
 ) -> Result<String, ResolveError> {
     let body = att.resolve(pointer).await?.ok("concept_create_write")?;
+    // What the ledger found worth saying about a write it took (a blocker already closed):
+    // said once here, for every writer.
+    if let Some(notes) = body.get("notes").and_then(serde_json::Value::as_array) {
+        for note in notes
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .take(MAX_NOTES)
+        {
+            tracing::warn!("{}", metabob_wire::util::one_line(note, 300));
+        }
+    }
     body.get("concept")
         .and_then(metabob_wire::finding::concept_id)
         .ok_or_else(|| ResolveError::Answer {

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use metabob_net::attachment::{Attachment, ResolveError};
 use metabob_wire::claims::{self, Held};
+use metabob_wire::depends::{OpenBlocker, open_blockers};
 use metabob_wire::finding::{FINDING_SHAPE, Finding};
 use metabob_wire::repo_identity::Aliases;
 use metabob_wire::row::read_rows;
@@ -111,6 +112,15 @@ impl LedgerView {
 
     pub fn holder(&self, f: &Finding, now_ms: i64) -> Option<Held> {
         claims::holder(self.verdicts_for(f), now_ms)
+    }
+
+    /// The blockers that hold `f` back, by the wire's ready rule; a blocker this view does not
+    /// hold (another repository's, or past the window) holds it back as `unknown`.
+    pub fn open_blockers(&self, f: &Finding) -> Vec<OpenBlocker> {
+        open_blockers(f, self.verdicts_for(f), |id| {
+            self.by_id(id)
+                .map(|r| (r.finding.id().to_string(), self.standing(&r.finding)))
+        })
     }
 
     pub fn by_id(&self, id: &str) -> Option<&Recalled> {

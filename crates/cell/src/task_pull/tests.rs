@@ -43,6 +43,7 @@ fn verdict(id: &str, seq: i64, kind: VerdictKind, by: &str) -> Verdict {
         claim_until: None,
         reason: None,
         tried_by: Vec::new(),
+        blocker: None,
     }
 }
 

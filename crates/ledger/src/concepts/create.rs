@@ -87,17 +87,24 @@ impl CreateConcept {
             w.tick_holding(org, &ids)?
         };
         let concept = self.insert(w.sql(), org, now)?;
-        Ok(json!({ "concept": concept }))
+        let notes = crate::task_edges::notes(w.sql(), org, &concept)?;
+        if notes.is_empty() {
+            return Ok(json!({ "concept": concept }));
+        }
+        Ok(json!({ "concept": concept, "notes": notes }))
     }
 
     /// The finding ids whose holder this row may change: the ones a verdict row names (a claim
-    /// is one). Read from the header as the client writes it; bounded as any row's ids are.
+    /// is one), and for a row that writes a dependency, its blockers and the org's edge lock
+    /// (`task_edges::lock_ids`). Read from the header as the client writes it; bounded as any
+    /// row's ids are.
     fn holder_ids(&self) -> Vec<String> {
-        if self.shape != VERDICT_SHAPE {
-            return Vec::new();
+        let mut ids = crate::task_edges::lock_ids(&self.shape, &self.content);
+        if self.shape == VERDICT_SHAPE {
+            let mut named = Header::parse(&self.content).list("finding_ids");
+            named.truncate(MAX_IDS_PER_ROW);
+            ids.extend(named);
         }
-        let mut ids = Header::parse(&self.content).list("finding_ids");
-        ids.truncate(MAX_IDS_PER_ROW);
         ids
     }
 
@@ -137,6 +144,7 @@ impl CreateConcept {
         // The ids first: the open-task index weighs a verdict's task by the rows they find.
         crate::row_ids::on_insert(conn, org, &concept)?;
         crate::open_tasks::on_insert(conn, org, &concept)?;
+        crate::task_edges::on_insert(conn, org, &concept)?;
         Ok(concept)
     }
 }

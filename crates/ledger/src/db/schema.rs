@@ -7,7 +7,7 @@ use crate::errors::ApiError;
 use crate::sql::{Dialect, Sql, args, pg_ddl};
 
 /// Bumped with every schema change; `migrate` brings older files forward.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 // anchor: schema
 /// The first version's tables, in SQLite's words; PostgreSQL's are derived from them
@@ -110,7 +110,7 @@ const KEY_EXPIRY_V6: &str = "ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
 
 /// The schema steps, one per version; each runs once, in order, inside the migration's
 /// transaction.
-fn schema_steps(dialect: Dialect) -> [String; 6] {
+fn schema_steps(dialect: Dialect) -> [String; 7] {
     let tables = [TABLES_V1, crate::goals::SCHEMA, crate::open_tasks::SCHEMA];
     let rank = crate::concepts::rank_index_ddl();
     let files = format!(
@@ -127,6 +127,7 @@ fn schema_steps(dialect: Dialect) -> [String; 6] {
             rank,
             files,
             KEY_EXPIRY_V6.into(),
+            crate::task_edges::SCHEMA_V7.into(),
         ],
         Dialect::Postgres => [
             format!("{}{PG_FTS_V1}", pg_ddl(TABLES_V1)),
@@ -135,6 +136,7 @@ fn schema_steps(dialect: Dialect) -> [String; 6] {
             rank,
             pg_ddl(&files),
             pg_ddl(KEY_EXPIRY_V6),
+            pg_ddl(crate::task_edges::SCHEMA_V7),
         ],
     }
 }
@@ -177,6 +179,9 @@ pub(super) fn migrate_sql(sql: Sql<'_>) -> Result<(), ApiError> {
         }
         if version < 5 {
             crate::related::backfill(sql)?;
+        }
+        if version < 7 {
+            crate::task_edges::backfill(sql)?;
         }
         match sql.dialect() {
             Dialect::Sqlite => sql.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")),

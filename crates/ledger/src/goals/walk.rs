@@ -224,6 +224,14 @@ pub fn derive(mut rows: Vec<TaskRow>, for_good: bool, now_ms: i64) -> Walk {
                 w.note(v.created_ms, text);
             }
             VerdictKind::Reopened => w.note(v.created_ms, format!("reopened by {}", who_of(v))),
+            VerdictKind::Blocked | VerdictKind::Unblocked => {
+                let blocker = v.blocker.as_deref().unwrap_or("(no task)");
+                let text = match v.kind {
+                    VerdictKind::Blocked => format!("made to wait for {blocker} by {}", who_of(v)),
+                    _ => format!("no longer waits for {blocker} (by {})", who_of(v)),
+                };
+                w.note(v.created_ms, text);
+            }
             VerdictKind::Pending(_)
             | VerdictKind::Fixed
             | VerdictKind::Discarded
@@ -501,6 +509,7 @@ mod tests {
                 claim_until: None,
                 reason: (kind == VerdictKind::Withdrawn).then(|| "gave up".into()),
                 tried_by: Vec::new(),
+                blocker: None,
             },
         }
     }

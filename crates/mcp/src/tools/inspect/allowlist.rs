@@ -59,6 +59,8 @@ pub const ESCAPE_HATCH_READS: &[&str] = &[
     "taskBoard",
     // a task's attempts and actions, as `task show` reads them (SPEC.md §Operator actions)
     "taskHistory",
+    // what a take would hand out now, as `task list --ready` reads it (SPEC.md §Dependencies)
+    "taskReady",
     // the embedded ledger's open findings on a task's files (SPEC.md §Related findings)
     "findingsOnFiles",
     // spend, leases and policies, read only

@@ -1,0 +1,408 @@
+//! The dependency index (SPEC.md §Dependencies): which task waits for which, and whether each
+//! blocker still holds its dependent back, kept in step with every row the ledger writes, so a
+//! take drops a blocked task by one indexed lookup. Every edge is checked in the write that
+//! stores it: the blocker must be a task of the org, not the task itself, and not a task that
+//! already waits, however indirectly, for the dependent.
+
+use serde_json::Value;
+
+use super::errors::ApiError;
+use super::goals::store::task_rows;
+use super::sql::{Sql, args};
+use super::task_actions::find_task;
+use metabob_wire::depends::{
+    BLOCKER_FIELD, MAX_BLOCKERS, OpenBlocker, blockers, holds_back, is_task_id, recorded_words,
+};
+use metabob_wire::finding::{FINDING_SHAPE, Finding};
+use metabob_wire::header::Header;
+use metabob_wire::verdict::{VERDICT_SHAPE, Verdict, VerdictKind, standing};
+
+// anchor: task-edges-schema
+pub const SCHEMA_V7: &str = r#"
+CREATE TABLE IF NOT EXISTS task_edges (
+    org_id      TEXT NOT NULL REFERENCES orgs(id),
+    -- Both by their first finding ids, the ids every verdict about them names.
+    task_id     TEXT NOT NULL,
+    blocker_id  TEXT NOT NULL,
+    -- 1 while the blocker holds the task back (the ready rule's answer when its rows last changed).
+    holds       INTEGER NOT NULL,
+    PRIMARY KEY (org_id, task_id, blocker_id)
+);
+CREATE INDEX IF NOT EXISTS task_edges_by_blocker ON task_edges(org_id, blocker_id);
+"#;
+
+/// The most tasks a cycle check walks through: far more than a backlog's chains, and a bound on
+/// one write's work whatever an org wrote.
+const MAX_WALKED: usize = 20_000;
+
+/// The pseudo id whose holder lock serializes every edge write of an org on PostgreSQL, so two
+/// replicas cannot each add half of a cycle (SQLite's one writer already does).
+pub const EDGE_LOCK: &str = "\u{1}task-edges";
+
+/// The ids whose holder locks a row that may write an edge takes before it is written: the
+/// graph's, the blockers' (so a blocker's verdict and an edge to it are weighed in one order)
+/// and the dependent's. Empty for a row that writes none.
+pub fn lock_ids(shape: &str, content: &str) -> Vec<String> {
+    let h = Header::parse(content);
+    let mut ids: Vec<String> = match shape {
+        FINDING_SHAPE => recorded_words(metabob_wire::header::body(content))
+            .into_iter()
+            .filter(|w| is_task_id(w))
+            .take(MAX_BLOCKERS + 1)
+            .map(str::to_owned)
+            .collect(),
+        VERDICT_SHAPE
+            if matches!(
+                h.get("verdict").map(str::trim),
+                Some("blocked" | "unblocked")
+            ) =>
+        {
+            h.get(BLOCKER_FIELD)
+                .map(str::to_owned)
+                .into_iter()
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    if !ids.is_empty() {
+        ids.push(EDGE_LOCK.to_string());
+    }
+    ids
+}
+
+/// Keeps the index in step with one row just written on `conn`, refusing the row when an edge
+/// it adds is not allowed (anchor: index-edges). A task recorded with `blocked-by:` lines gains
+/// those edges; a `blocked` row adds one, an `unblocked` row takes one away; any other verdict
+/// about a blocker weighs again whether it holds its dependents back.
+pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiError> {
+    match concept.get("shape").and_then(Value::as_str) {
+        Some(FINDING_SHAPE) => {
+            let Ok(Some(task)) = Finding::read(concept) else {
+                return Ok(());
+            };
+            let words = recorded_words(&task.details);
+            if words.is_empty() || !task.is_task() {
+                return Ok(());
+            }
+            if words.len() > MAX_BLOCKERS {
+                return Err(ApiError::bad(format!(
+                    "blocked-by: at most {MAX_BLOCKERS} blockers per task"
+                )));
+            }
+            conn.lock_edges(org)?;
+            for word in words {
+                let blocker = check(conn, org, &task, word)?;
+                add(conn, org, &task, &blocker)?;
+            }
+        }
+        Some(VERDICT_SHAPE) => {
+            let Ok(Some(v)) = Verdict::read(concept) else {
+                return Ok(());
+            };
+            match v.kind {
+                VerdictKind::Blocked | VerdictKind::Unblocked => edge_row(conn, org, &v)?,
+                k if k.is_claim_row() => {}
+                _ => reweigh(conn, org, &v)?,
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A `blocked` or `unblocked` row: the edge it names, checked and stored, or taken away.
+fn edge_row(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
+    let word = v.kind.line();
+    let task = match v.finding_ids.first() {
+        Some(id) => find_task(conn, org, id)?,
+        None => None,
+    };
+    let Some(task) = task else {
+        return Err(ApiError::bad(format!(
+            "{word}: the row names no task of this org in its finding_ids"
+        )));
+    };
+    let Some(named) = v.blocker.as_deref() else {
+        return Err(ApiError::bad(format!(
+            "{word}: the row needs a {BLOCKER_FIELD}: line naming a task id (agf_…)"
+        )));
+    };
+    conn.lock_edges(org)?;
+    if v.kind == VerdictKind::Blocked {
+        let blocker = check(conn, org, &task, named)?;
+        if blocker.id() != named {
+            return Err(ApiError::bad(format!(
+                "{BLOCKER_FIELD}: name the blocker by its first id, {}",
+                blocker.id()
+            )));
+        }
+        if count(conn, org, task.id())? >= MAX_BLOCKERS {
+            return Err(ApiError::bad(format!(
+                "{} already waits for {MAX_BLOCKERS} tasks, the most a task may",
+                task.id()
+            )));
+        }
+        return add(conn, org, &task, &blocker);
+    }
+    let gone = conn.execute(
+        "DELETE FROM task_edges WHERE org_id = ?1 AND task_id = ?2 AND blocker_id = ?3",
+        args![org, task.id(), named],
+    )?;
+    if gone == 0 {
+        return Err(ApiError::bad(format!(
+            "{} does not wait for {named}: there is nothing to unblock",
+            task.id()
+        )));
+    }
+    Ok(())
+}
+
+/// The blocker `word` names for `task`, or the one line saying why it may not be one.
+fn check(conn: Sql<'_>, org: &str, task: &Finding, word: &str) -> Result<Finding, ApiError> {
+    if !is_task_id(word) {
+        return Err(ApiError::bad(format!(
+            "blocked-by: {:?} is not a task id (agf_…)",
+            one_line(word)
+        )));
+    }
+    if task.has_id(word) {
+        return Err(ApiError::bad(format!(
+            "blocked-by {word}: a task cannot wait for itself"
+        )));
+    }
+    let Some(blocker) = find_task(conn, org, word)? else {
+        return Err(ApiError::bad(format!(
+            "blocked-by {word}: no task of this org has that id; record the blocker first"
+        )));
+    };
+    if task.has_id(blocker.id()) {
+        return Err(ApiError::bad(format!(
+            "blocked-by {word}: that is another id of this task, which cannot wait for itself"
+        )));
+    }
+    if let Some(path) = path(conn, org, blocker.id(), task.id())? {
+        let mut names = vec![task.id().to_string()];
+        names.extend(path);
+        return Err(ApiError::bad(format!(
+            "blocked-by {word}: that closes a cycle {}; unblock one of its edges first",
+            names.join(" → ")
+        )));
+    }
+    Ok(blocker)
+}
+
+/// Stores the edge `task` ← `blocker` with whether the blocker holds it back now.
+fn add(conn: Sql<'_>, org: &str, task: &Finding, blocker: &Finding) -> Result<(), ApiError> {
+    conn.execute(
+        "INSERT INTO task_edges (org_id, task_id, blocker_id, holds) VALUES (?1, ?2, ?3, ?4)
+           ON CONFLICT (org_id, task_id, blocker_id) DO UPDATE SET holds = excluded.holds",
+        args![
+            org,
+            task.id(),
+            blocker.id(),
+            i64::from(holds(conn, org, blocker)?)
+        ],
+    )?;
+    Ok(())
+}
+
+/// Whether `blocker`'s rows hold its dependents back now (the wire's ready rule).
+fn holds(conn: Sql<'_>, org: &str, blocker: &Finding) -> Result<bool, ApiError> {
+    let rows: Vec<Verdict> = task_rows(conn, org, blocker)?
+        .into_iter()
+        .map(|r| r.verdict)
+        .collect();
+    Ok(holds_back(Some(&standing(&rows))).is_some())
+}
+
+/// A verdict about a task others wait for: whether it holds them back, weighed again.
+fn reweigh(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
+    let mut done: Vec<String> = Vec::new();
+    for id in &v.finding_ids {
+        let Some(blocker) = find_task(conn, org, id)? else {
+            continue;
+        };
+        if done.iter().any(|d| d == blocker.id()) || !is_blocker(conn, org, blocker.id())? {
+            continue;
+        }
+        done.push(blocker.id().to_string());
+        conn.execute(
+            "UPDATE task_edges SET holds = ?3 WHERE org_id = ?1 AND blocker_id = ?2",
+            args![org, blocker.id(), i64::from(holds(conn, org, &blocker)?)],
+        )?;
+    }
+    Ok(())
+}
+
+fn is_blocker(conn: Sql<'_>, org: &str, id: &str) -> Result<bool, ApiError> {
+    Ok(conn
+        .query_opt(
+            "SELECT 1 FROM task_edges WHERE org_id = ?1 AND blocker_id = ?2 LIMIT 1",
+            args![org, id],
+            |_| Ok(()),
+        )?
+        .is_some())
+}
+
+fn count(conn: Sql<'_>, org: &str, task_id: &str) -> Result<usize, ApiError> {
+    Ok(blockers_of(conn, org, task_id)?.len())
+}
+
+/// The blockers `task_id` waits for in the index, with whether each holds it back.
+pub fn blockers_of(
+    conn: Sql<'_>,
+    org: &str,
+    task_id: &str,
+) -> Result<Vec<(String, bool)>, ApiError> {
+    conn.query(
+        "SELECT blocker_id, holds FROM task_edges WHERE org_id = ?1 AND task_id = ?2
+           ORDER BY blocker_id",
+        args![org, task_id],
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)? != 0)),
+    )
+}
+
+/// The blockers that hold `task` back now, each with why, weighed from its blockers' rows by the
+/// wire's rule (the index says which tasks it waits for).
+pub fn waits(conn: Sql<'_>, org: &str, task: &Finding) -> Result<Vec<OpenBlocker>, ApiError> {
+    let mut out = Vec::new();
+    for (id, _) in blockers_of(conn, org, task.id())? {
+        let standing = match find_task(conn, org, &id)? {
+            Some(b) => Some(standing(
+                &task_rows(conn, org, &b)?
+                    .into_iter()
+                    .map(|r| r.verdict)
+                    .collect::<Vec<_>>(),
+            )),
+            None => None,
+        };
+        if let Some(state) = holds_back(standing.as_ref()) {
+            out.push(OpenBlocker {
+                task_id: id,
+                state: state.to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether some blocker of `task_id` holds it back now.
+pub fn blocked(conn: Sql<'_>, org: &str, task_id: &str) -> Result<bool, ApiError> {
+    Ok(conn
+        .query_opt(
+            "SELECT 1 FROM task_edges WHERE org_id = ?1 AND task_id = ?2 AND holds = 1 LIMIT 1",
+            args![org, task_id],
+            |_| Ok(()),
+        )?
+        .is_some())
+}
+
+/// The chain of waits from `from` to `to` (`from` first, `to` last), if `from` waits for `to`
+/// however indirectly: breadth first, so the path named is a shortest one.
+fn path(conn: Sql<'_>, org: &str, from: &str, to: &str) -> Result<Option<Vec<String>>, ApiError> {
+    // Each task walked, with the task it was reached from.
+    let mut seen: Vec<(String, usize)> = vec![(from.to_string(), usize::MAX)];
+    let mut next = 0;
+    while next < seen.len() && seen.len() < MAX_WALKED {
+        let at = seen[next].0.clone();
+        if at == to {
+            let mut chain = Vec::new();
+            let mut i = next;
+            while i != usize::MAX {
+                chain.push(seen[i].0.clone());
+                i = seen[i].1;
+            }
+            chain.reverse();
+            return Ok(Some(chain));
+        }
+        for (b, _) in blockers_of(conn, org, &at)? {
+            if !seen.iter().any(|(s, _)| *s == b) {
+                seen.push((b, next));
+            }
+        }
+        next += 1;
+    }
+    if seen.len() >= MAX_WALKED {
+        return Err(ApiError::bad(format!(
+            "blocked-by: the tasks {from} waits for number more than {MAX_WALKED}; \
+             the ledger does not check a cycle through so many"
+        )));
+    }
+    Ok(None)
+}
+
+/// The notes a write that stored edges answers with: a blocker already closed lets its
+/// dependent go at once, which is allowed but worth saying.
+pub fn notes(conn: Sql<'_>, org: &str, concept: &Value) -> Result<Vec<String>, ApiError> {
+    let (task_id, only) = match concept.get("shape").and_then(Value::as_str) {
+        Some(FINDING_SHAPE) => match Finding::read(concept) {
+            Ok(Some(f)) if !recorded_words(&f.details).is_empty() => (f.id().to_string(), None),
+            _ => return Ok(Vec::new()),
+        },
+        Some(VERDICT_SHAPE) => match Verdict::read(concept) {
+            Ok(Some(v)) if v.kind == VerdictKind::Blocked => {
+                (v.finding_ids[0].clone(), v.blocker.clone())
+            }
+            _ => return Ok(Vec::new()),
+        },
+        _ => return Ok(Vec::new()),
+    };
+    Ok(blockers_of(conn, org, &task_id)?
+        .into_iter()
+        .filter(|(b, holds)| !holds && only.as_ref().is_none_or(|o| o == b))
+        .map(|(b, _)| format!("{b} is already closed, so {task_id} does not wait for it"))
+        .collect())
+}
+
+/// Builds the index from the rows already stored: run once, when the schema gains it. Rows are
+/// replayed in order without the checks, which no ledger before this version applied: an edge
+/// to no task is left out, and a cycle among old rows is kept (its tasks wait until unblocked).
+pub fn backfill(conn: Sql<'_>) -> Result<(), ApiError> {
+    let rows = conn.query(
+        "SELECT org_id, id FROM concepts
+           WHERE (shape = ?1 OR shape = ?2) AND lower(content) LIKE '%blocked%' ORDER BY seq",
+        args![FINDING_SHAPE, VERDICT_SHAPE],
+        |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+    )?;
+    for (org, id) in rows {
+        let concept = super::concepts::load_concept(conn, &org, &id)?;
+        let task = match Finding::read(&concept) {
+            Ok(Some(f)) if f.is_task() => Some(f),
+            _ => match Verdict::read(&concept) {
+                Ok(Some(v)) if matches!(v.kind, VerdictKind::Blocked | VerdictKind::Unblocked) => {
+                    match v.finding_ids.first() {
+                        Some(id) => find_task(conn, &org, id)?,
+                        None => None,
+                    }
+                }
+                _ => None,
+            },
+        };
+        let Some(task) = task else { continue };
+        let rows: Vec<Verdict> = task_rows(conn, &org, &task)?
+            .into_iter()
+            .map(|r| r.verdict)
+            .collect();
+        conn.execute(
+            "DELETE FROM task_edges WHERE org_id = ?1 AND task_id = ?2",
+            args![&org, task.id()],
+        )?;
+        let key = |id: &str| {
+            find_task(conn, &org, id)
+                .ok()
+                .flatten()
+                .map(|f| f.id().to_string())
+        };
+        for b in blockers(&task, &rows, key) {
+            if let Some(blocker) = find_task(conn, &org, &b)? {
+                add(conn, &org, &task, &blocker)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A word as a refusal quotes it: at most 80 characters.
+fn one_line(s: &str) -> String {
+    s.chars().take(80).collect()
+}
