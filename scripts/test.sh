@@ -38,6 +38,6 @@ env HOME="$empty_home" XDG_CONFIG_HOME="$empty_home/.config" GIT_CONFIG_NOSYSTEM
 # The same ledger tests on the PostgreSQL store: each ledger gets its own database of one
 # cluster the test process starts and stops. The goal board's tests read the SQLite file itself.
 METABOB_TEST_STORE=postgres cargo test --locked --test runner -- \
-  ledger:: take:: concepts:: parking:: hostile::rows_at soak:: attach::a_revoked_key --skip goals_ledger::
+  ledger:: take:: depends:: depends_model:: concepts:: parking:: hostile::rows_at soak:: attach::a_revoked_key --skip goals_ledger::
 # A third-party MCP client: the official Python SDK drives the binary the tests built.
 "$venv/bin/python" scripts/mcp_smoke.py "${CARGO_TARGET_DIR:-target}/debug/metabob-mcp" .

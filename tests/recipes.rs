@@ -559,7 +559,7 @@ fn a_command_or_flag_the_binary_lacks_is_reported() {
         problems,
         [
             "t:1: `metabob-mcp task` has no command \"pul\" (it has [\"pull\", \"renew\", \
-             \"release\", \"reopen\", \"list\", \"show\", \"cancel\", \"help\"])",
+             \"release\", \"reopen\", \"list\", \"show\", \"cancel\", \"block\", \"unblock\", \"help\"])",
             "t:2: `metabob-mcp finding record` has no option --no-such-flag",
             "t:3: `metabob-mcp ledger key create` has no option --scope",
         ]

@@ -11,6 +11,7 @@ mod cell;
 mod concepts;
 mod container;
 mod depends;
+mod depends_model;
 mod entrypoint;
 mod gaps;
 mod git;

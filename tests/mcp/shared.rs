@@ -208,3 +208,56 @@ async fn a_ledger_outage_is_named_by_the_tools_and_the_next_call_after_it_works(
     assert!(after.contains(&task), "{after}");
     assert!(!after.contains("recall did not run"), "{after}");
 }
+
+/// An agent records a task that waits for another through `record_finding`'s details, as it
+/// gives a `ref:` there; `get_problems` marks it blocked and names what it waits for, so the
+/// agent does not start on it (SPEC.md §Dependencies).
+#[tokio::test(flavor = "multi_thread")]
+async fn get_problems_marks_a_blocked_task_and_names_its_blockers() {
+    let env = TestEnv::new();
+    let _ledger = env.ledger("main", &[]);
+    let (_bare, url) = env.origin("app", &[("a.py", "def a():\n    return 1\n")]);
+    let one = env.path("one");
+    env.git(
+        env.root.path(),
+        &["clone", "-q", &url, &one.display().to_string()],
+    );
+    let first = env.record_task(&url, "add the API", "HIGH")["finding_ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let s = Session::start(&env, &one, Client::default()).await;
+    let recorded = s
+        .ok(
+            "record_finding",
+            json!({"files": ["a.py"], "summary": "use the API", "severity": "CRITICAL",
+                   "category": "task", "details": format!("blocked-by: {first}")}),
+        )
+        .await;
+    let second = recorded
+        .split_whitespace()
+        .find(|w| w.starts_with("agf_") && !w.contains(&first))
+        .unwrap_or_else(|| panic!("an id in {recorded}"))
+        .trim_end_matches([',', '.', ')'])
+        .to_string();
+    let shown = s.ok("get_problems", json!({})).await;
+    assert!(
+        shown.contains("(2 open: 0 yours, 1 unclaimed, 1 blocked, 0 claimed by others"),
+        "{shown}"
+    );
+    let line = shown
+        .lines()
+        .find(|l| l.contains(&second))
+        .unwrap_or_else(|| panic!("{second} listed: {shown}"));
+    assert!(
+        line.contains(&format!(
+            "[blocked by open {first}: do not start on it until each is fixed]"
+        )),
+        "{line}"
+    );
+    // The ledger's own answer agrees: only the blocker is ready.
+    let out = env.run(&["task", "list", "--ready", "--json"]);
+    let ready: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(ready["ready"][0]["task_id"], first.as_str(), "{ready}");
+    assert_eq!(ready["ready"].as_array().unwrap().len(), 1, "{ready}");
+}

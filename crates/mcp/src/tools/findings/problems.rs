@@ -13,6 +13,7 @@ use metabob_cell::ledger::recall::{LedgerView, Recalled};
 use metabob_cell::ledger::verdict::{self, Pending, Standing, VerdictKind};
 use metabob_git::Repo;
 use metabob_net::attachment::Attachment;
+use metabob_wire::depends::blocked_line;
 use metabob_wire::finding::{Finding, Severity};
 use metabob_wire::util::rfc3339_ms;
 
@@ -67,6 +68,14 @@ fn tags(view: &LedgerView, f: &Finding, me: Option<&str>) -> String {
                 h.holder
             );
         }
+    }
+    let waits = view.open_blockers(f);
+    if !waits.is_empty() {
+        let _ = write!(
+            out,
+            " [{}: do not start on it until each is fixed]",
+            blocked_line(&waits)
+        );
     }
     if let Standing::Pending { verdict: v } = view.standing(f) {
         let by = v.reviewed_by.as_deref().unwrap_or("an unnamed checkout");
@@ -423,7 +432,8 @@ fn render_closed(
     }
 }
 
-/// Open tasks from both halves, the next move first: yours, unclaimed, others', pending.
+/// Open tasks from both halves, the next move first: yours, unclaimed, blocked, others',
+/// pending.
 fn render_tasks(
     out: &mut String,
     view: &LedgerView,
@@ -436,10 +446,11 @@ fn render_tasks(
     let rank = |r: &Recalled| {
         let pending = matches!(view.standing(&r.finding), Standing::Pending { .. });
         match view.holder(&r.finding, now) {
-            _ if pending => 3,
+            _ if pending => 4,
             Some(Held { holder, .. }) if Some(holder.as_str()) == me => 0,
+            None if !view.open_blockers(&r.finding).is_empty() => 2,
             None => 1,
-            Some(_) => 2,
+            Some(_) => 3,
         }
     };
     let mut tasks: Vec<(u8, String)> = recalled
@@ -455,12 +466,13 @@ fn render_tasks(
     let count = |k: u8| tasks.iter().filter(|(r, _)| *r == k).count();
     let _ = writeln!(
         out,
-        "Tasks ({} open: {} yours, {} unclaimed, {} claimed by others, {} with a fix pending); claim one (claim_finding) before starting:",
+        "Tasks ({} open: {} yours, {} unclaimed, {} blocked, {} claimed by others, {} with a fix pending); claim one (claim_finding) before starting:",
         tasks.len(),
         count(0),
         count(1),
         count(2),
-        count(3)
+        count(3),
+        count(4)
     );
     for (_, line) in tasks {
         let _ = writeln!(out, "{line}");
