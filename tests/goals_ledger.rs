@@ -323,3 +323,52 @@ fn refusals_name_why_and_no_org_reads_another_orgs_dispatch() {
     assert!(b.labels().is_empty());
     insta::assert_snapshot!("goal_refusals", shown);
 }
+
+/// Goals dispatched in order, each task waiting for the one before (`variables.blocked_by`):
+/// the board shows each goal's chain, and cells are offered only the first.
+#[test]
+fn goals_whose_tasks_wait_for_each_other_show_the_chain() {
+    let b = board();
+    let mut tasks: Vec<String> = Vec::new();
+    for step in ["add the API", "use the API", "document the API"] {
+        let mut vars = json!({"repo": b.url, "files": ["a.py"], "ref": "main"});
+        if let Some(last) = tasks.last() {
+            vars["blocked_by"] = json!([last]);
+        }
+        let (status, d) = b.dispatch(step, vars);
+        assert_eq!(status, 202, "{d}");
+        tasks.push(d["taskId"].as_str().unwrap().to_string());
+    }
+    let out = b.env.run(&["task", "list", "--json"]);
+    let board: Value = serde_json::from_str(&out.stdout).unwrap();
+    let chain = |task: &str| -> Vec<String> {
+        let goal = board["goals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["task_id"] == task)
+            .unwrap_or_else(|| panic!("a goal of {task}: {board}"));
+        serde_json::from_value(goal["waits_for"].clone()).unwrap()
+    };
+    assert_eq!(chain(&tasks[0]), Vec::<String>::new());
+    assert_eq!(chain(&tasks[1]), [tasks[0].as_str()]);
+    assert_eq!(chain(&tasks[2]), [tasks[1].as_str(), tasks[0].as_str()]);
+    let text = b.env.run(&["task", "list"]).stdout;
+    let line = format!("document the API (waits for {}, {})", tasks[1], tasks[0]);
+    assert!(text.contains(&line), "{text}");
+
+    let out = b.env.task_pull(&b.url, "c1", &["--json"]);
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["task"]["task_id"], tasks[0].as_str(), "{report}");
+
+    // A goal may wait only for a task there is.
+    let (status, d) = b.dispatch(
+        "wait for nothing",
+        json!({"repo": b.url, "files": ["a.py"], "blocked_by": ["agf_00000000deadbeef"]}),
+    );
+    assert_eq!(status, 400, "{d}");
+    assert!(
+        d.to_string().contains("no task of this org has that id"),
+        "{d}"
+    );
+}

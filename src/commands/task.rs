@@ -578,7 +578,15 @@ pub fn board_text(board: &Board) -> String {
         ));
     }
     for g in &board.goals {
-        out.push_str(&format!("goal {} {}: {}\n", g.dispatch_id, g.state, g.goal));
+        let waits = if g.waits_for.is_empty() {
+            String::new()
+        } else {
+            format!(" (waits for {})", g.waits_for.join(", "))
+        };
+        out.push_str(&format!(
+            "goal {} {}: {}{waits}\n",
+            g.dispatch_id, g.state, g.goal
+        ));
     }
     if board.truncated {
         out.push_str("(only the newest tasks are shown)\n");

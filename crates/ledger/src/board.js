@@ -97,7 +97,8 @@ function render(data) {
     c.vessel_id + " last heartbeat " + (c.last_heartbeat || "never") +
     (c.holding && c.holding.length ? ", holds " + c.holding.join(", ") : "")));
   board.appendChild(renderList("goals", "Goals", data.goals || [], g =>
-    g.dispatch_id + " " + g.state + ": " + g.goal));
+    g.dispatch_id + " " + g.state + ": " + g.goal +
+    (g.waits_for && g.waits_for.length ? " (waits for " + g.waits_for.join(", ") + ")" : "")));
   let note = "Updated " + data.now + " (" + data.tasks + " tasks)";
   if (data.truncated) note += "; only the newest tasks are shown";
   if (data.verdicts_truncated) note += "; older verdict rows were not read";

@@ -22,7 +22,7 @@ use metabob_wire::board::{
     ParkedTask, PendingTask, WithdrawnTask,
 };
 use metabob_wire::claims;
-use metabob_wire::depends::{OpenBlocker, open_blockers};
+use metabob_wire::depends::{MAX_BLOCKERS, OpenBlocker, open_blockers};
 use metabob_wire::finding::{FINDING_SHAPE, Finding};
 use metabob_wire::repo_identity::{identity_of_origin, vessel_aliases};
 use metabob_wire::row::read_rows;
@@ -218,6 +218,8 @@ struct Gathered {
     cells: BTreeMap<String, (i64, Vec<String>)>,
     /// task id → the walk's state word, for the goals.
     states: BTreeMap<String, &'static str>,
+    /// task id → the blockers that hold it back, for the goals' chains.
+    waits: BTreeMap<String, Vec<String>>,
 }
 
 fn who(v: &Verdict) -> Option<String> {
@@ -245,6 +247,10 @@ impl Gathered {
                 Outcome::Failed { .. } => "failed",
             },
         );
+        if !waits.is_empty() {
+            let ids = waits.iter().map(|b| b.task_id.clone()).collect();
+            self.waits.insert(task.id().to_string(), ids);
+        }
         let base = BoardTask {
             task_id: task.id().to_string(),
             summary: one_line(&task.summary, TEXT_CHARS),
@@ -345,6 +351,26 @@ impl Gathered {
             .collect()
     }
 
+    /// What `task_id` waits for, breadth first through each blocker's own open blockers, each
+    /// task once and at most `MAX_BLOCKERS` of them.
+    fn chain(&self, task_id: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut next = 0;
+        let mut at = task_id.to_string();
+        loop {
+            for b in self.waits.get(&at).into_iter().flatten() {
+                if out.len() < MAX_BLOCKERS && b != task_id && !out.contains(b) {
+                    out.push(b.clone());
+                }
+            }
+            let Some(b) = out.get(next) else {
+                return out;
+            };
+            at = b.clone();
+            next += 1;
+        }
+    }
+
     /// The newest dispatches and their task's state as its walk derives it here.
     fn goals(&self, conn: Sql<'_>, org: &str) -> Result<Vec<BoardGoal>, ApiError> {
         Ok(store::newest_dispatches(conn, org, BOARD_GOALS)?
@@ -355,6 +381,7 @@ impl Gathered {
                     dispatch_id: d.id,
                     goal: one_line(&d.goal, TEXT_CHARS),
                     state: state.unwrap_or("not on the board").to_string(),
+                    waits_for: self.chain(&d.task_id),
                     task_id: d.task_id,
                 }
             })

@@ -469,22 +469,6 @@ impl<'c> Sql<'c> {
 
     /// [`Sql::lock_holders_then_clock`]'s lock for one id, without waiting: `false` when another writer is
     /// deciding that id's holder right now (and so it is not free for this one).
-    /// Waits for the org's edge lock (`task_edges::EDGE_LOCK`) inside the transaction, so edge
-    /// writes of two replicas are checked one after the other; taken again by the transaction
-    /// that holds it already, it returns at once. SQLite's one writer needs none.
-    pub fn lock_edges(self, org: &str) -> Result<(), ApiError> {
-        match self {
-            Sql::Lite(_) => Ok(()),
-            Sql::Pg(_) => self
-                .query_opt(
-                    "SELECT 1::bigint FROM (SELECT pg_advisory_xact_lock(hashtextextended(?1, 0))) AS l",
-                    args![holder_key(org, crate::task_edges::EDGE_LOCK)],
-                    |r| r.get::<i64>(0),
-                )
-                .map(drop),
-        }
-    }
-
     pub fn try_lock_holder(self, org: &str, id: &str) -> Result<bool, ApiError> {
         match self {
             Sql::Lite(_) => Ok(true),

@@ -89,7 +89,7 @@ pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiErr
                     "blocked-by: at most {MAX_BLOCKERS} blockers per task"
                 )));
             }
-            conn.lock_edges(org)?;
+            lock(conn, org, &words)?;
             for word in words {
                 let blocker = check(conn, org, &task, word)?;
                 add(conn, org, &task, &blocker)?;
@@ -110,6 +110,17 @@ pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiErr
     Ok(())
 }
 
+/// Waits for the org's edge lock and the holder locks of `blockers` inside the transaction (on
+/// PostgreSQL; SQLite's one writer needs none): edge writes of two replicas are checked one
+/// after the other, and a blocker's verdict and an edge to it are weighed in one order, so the
+/// stored `holds` is never a stale answer. Locks the write holds already are taken at once, so
+/// a row whose write took them first (`lock_ids`) waits for nothing here.
+fn lock(conn: Sql<'_>, org: &str, blockers: &[&str]) -> Result<(), ApiError> {
+    let mut ids: Vec<String> = blockers.iter().map(|b| b.to_string()).collect();
+    ids.push(EDGE_LOCK.to_string());
+    conn.lock_holders_then_clock(org, &ids).map(drop)
+}
+
 /// A `blocked` or `unblocked` row: the edge it names, checked and stored, or taken away.
 fn edge_row(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
     let word = v.kind.line();
@@ -127,7 +138,7 @@ fn edge_row(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
             "{word}: the row needs a {BLOCKER_FIELD}: line naming a task id (agf_…)"
         )));
     };
-    conn.lock_edges(org)?;
+    lock(conn, org, &[named])?;
     if v.kind == VerdictKind::Blocked {
         let blocker = check(conn, org, &task, named)?;
         if blocker.id() != named {

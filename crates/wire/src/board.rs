@@ -261,6 +261,10 @@ pub struct BoardGoal {
     pub task_id: String,
     /// `running`, `completed`, `failed`, or `not on the board`.
     pub state: String,
+    /// The tasks its task waits for, nearest first, each blocker's own open blockers after it:
+    /// the chain that must close before a cell is offered the goal's task.
+    #[serde(default)]
+    pub waits_for: Vec<String>,
 }
 
 #[cfg(test)]
@@ -412,8 +416,9 @@ mod tests {
             goals: vec![BoardGoal {
                 dispatch_id: "dispatch_1".into(),
                 goal: "fix it".into(),
-                task_id: "agf_open".into(),
+                task_id: "agf_blocked".into(),
                 state: "running".into(),
+                waits_for: vec!["agf_open".into()],
             }],
             tasks: 8,
             truncated: false,
@@ -442,7 +447,7 @@ mod tests {
         assert_eq!(v["cells"][0]["last_heartbeat"], Value::Null);
         assert_eq!(
             sorted(keys(&v["goals"][0])),
-            sorted(vec!["dispatch_id", "goal", "task_id", "state"])
+            sorted(vec!["dispatch_id", "goal", "task_id", "state", "waits_for"])
         );
         let back: Board = serde_json::from_value(v).unwrap();
         assert_eq!(back, board);

@@ -11,6 +11,7 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::keys::{KeyIdentity, Scope};
+use metabob_wire::depends::{MAX_BLOCKERS, RECORDED_LINE, is_task_id};
 use metabob_wire::finding::{Finding, FindingStatus, Severity};
 use metabob_wire::guard::{field_rule, redact_url_credentials};
 use metabob_wire::record::FindingDraft;
@@ -159,6 +160,8 @@ struct Variables {
     origin: String,
     files: Vec<String>,
     policy: Vec<(&'static str, String)>,
+    /// The tasks the goal's task waits for (SPEC.md §Dependencies), by id.
+    blocked_by: Vec<String>,
     severity: Severity,
     summary: Option<String>,
 }
@@ -190,8 +193,22 @@ impl Variables {
                 .parse()
                 .map_err(|e: String| bad("variables.severity", e))?,
         };
+        let blocked_by = v.opt_str_list("blocked_by")?.unwrap_or_default();
+        if blocked_by.len() > MAX_BLOCKERS {
+            return Err(bad(
+                "variables.blocked_by",
+                format!("at most {MAX_BLOCKERS} task ids"),
+            ));
+        }
+        if let Some(word) = blocked_by.iter().find(|b| !is_task_id(b)) {
+            return Err(bad(
+                "variables.blocked_by",
+                format!("{:?} is not a task id (agf_…)", one_line(word, 80)),
+            ));
+        }
         Ok(Variables {
             files: files(vars)?,
+            blocked_by,
             summary: opt_line(&v, "summary", field_rule("summary").cap)?,
             origin,
             policy,
@@ -209,6 +226,9 @@ impl Variables {
         });
         for (key, value) in &self.policy {
             v[*key] = Value::from(value.clone());
+        }
+        if !self.blocked_by.is_empty() {
+            v["blocked_by"] = json!(self.blocked_by);
         }
         v
     }
@@ -335,6 +355,11 @@ fn task_concept(
         .policy
         .iter()
         .map(|(k, v)| format!("{k}: {v}"))
+        .chain(
+            vars.blocked_by
+                .iter()
+                .map(|b| format!("{RECORDED_LINE}: {b}")),
+        )
         .collect();
     if !details.is_empty() {
         details.push(String::new());
