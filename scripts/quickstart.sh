@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole loop on one machine, no Docker: starts the embedded ledger (its first start writes
 # ~/.substrate/config.json when no config exists), makes a demo repository from examples/demo/
-# with a bare file:// origin, records three tasks on it, runs two cells
+# with a bare file:// origin, records three tasks on it (the third waiting for the first), runs two cells
 # (entrypoint/cell-entrypoint with examples/fleet/harness.sh as the harness, temporary task and
 # work directories) until nothing is open, and prints the board: each task closed, its fix
 # commit and the cell that closed it. The ledger keeps running in the foreground; Ctrl-C stops
@@ -97,16 +97,25 @@ origin=file://$scratch/demo.git
 echo "origin: $origin"
 
 # ---- three tasks ------------------------------------------------------------------------------
-say "recording three tasks"
+say "recording three tasks (the third waits for the first)"
+# record FILE SUMMARY [finding record flags…]: prints the task's line; its id is left in $last_id.
 record() {
+    local file=$1 summary=$2
+    shift 2
     "$bin" finding record --origin "$origin" --category task --severity HIGH \
-        --file "$1" --summary "$2" --details "ref: main" --json >"$scratch/record.json" \
-        || fail "finding record failed for $1"
-    printf '%s\n' "$(grep -o '"agf_[^"]*"' "$scratch/record.json" | head -n 1 | tr -d '"')  $1: $2"
+        --file "$file" --summary "$summary" --details "ref: main" "$@" --json >"$scratch/record.json" \
+        || fail "finding record failed for $file"
+    last_id=$(grep -o '"agf_[^"]*"' "$scratch/record.json" | head -n 1 | tr -d '"')
+    printf '%s  %s: %s%s\n' "$last_id" "$file" "$summary" "${2:+ (waits for $2)}"
 }
 record stats.py "average divides by len + 1 instead of len"
+first=$last_id
 record greet.py "greet says Helo instead of Hello"
-record temperature.py "to_fahrenheit subtracts 32 instead of adding it"
+record temperature.py "to_fahrenheit subtracts 32 instead of adding it" --blocked-by "$first"
+dependent=$last_id
+echo
+echo "ready now (task list --ready): the third waits until the first is fixed"
+"$bin" task list --ready --origin "$origin" || fail "task list --ready failed (exit $?)"
 
 # ---- two cells --------------------------------------------------------------------------------
 say "running two cells until nothing is open"
@@ -145,6 +154,10 @@ while IFS= read -r line; do
 done < <(grep -H 'finding close exit 0, outcome closed' "$scratch"/cell-*.log)
 echo "$closed of 3 tasks closed"
 [ "$closed" = 3 ] || fail "expected 3 closed tasks; the cells' logs are above"
+fix_of() { git --git-dir="$scratch/demo.git" log main --format=%H --grep="Fixes-Finding: $1" -n 1; }
+git --git-dir="$scratch/demo.git" merge-base --is-ancestor "$(fix_of "$first")" "$(fix_of "$dependent")" \
+    || fail "$dependent was fixed before the task it waits for, $first"
+echo "$dependent waited for $first: its fix was made on top of $first's"
 
 echo
 echo "board: $url/board"

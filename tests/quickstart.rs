@@ -1,6 +1,6 @@
 //! `scripts/quickstart.sh`, the README's first command, run as a newcomer would but bounded and
 //! non-interactive: the whole loop on one machine with no Docker must end with three tasks
-//! closed on the board.
+//! closed on the board, the one that waits for another fixed after it.
 
 use std::time::Duration;
 
@@ -33,6 +33,26 @@ fn the_quickstart_closes_three_tasks_with_two_cells_and_prints_the_board() {
     let shown = layout(&out);
     assert_eq!(out.code, 0, "{shown}");
     assert!(out.stdout.contains("3 of 3 tasks closed"), "{shown}");
+    // The third task waits for the first: not ready at first, and fixed on top of it (the
+    // script judges that with git's merge-base).
+    let ready: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ready     agf_"))
+        .collect();
+    assert_eq!(
+        ready.len(),
+        2,
+        "two of three tasks are ready at first: {shown}"
+    );
+    assert!(
+        !ready.iter().any(|l| l.contains("to_fahrenheit")),
+        "{shown}"
+    );
+    assert!(
+        out.stdout.lines().any(|l| l.contains(" waited for agf_")),
+        "{shown}"
+    );
 
     // One line per closed task: its id, the cell that closed it and its fix commit on main.
     let closed: Vec<&str> = out
