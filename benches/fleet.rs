@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::timeout;
 
+#[path = "fleet/edges.rs"]
+mod edges;
 #[path = "fleet/history.rs"]
 mod history;
 #[path = "fleet/opts.rs"]
@@ -84,7 +86,8 @@ fn main() -> ExitCode {
 
 const USAGE: &str = "usage: fleet writes [--clients 1,8,32,128] [--seconds 5] [--store sqlite,pg1,pg2] [--deadline 600] [--dir DIR]\n       \
                      fleet race [--pullers 1,32] [--tasks 50] [--paths take,read_back] [--deadline 600] [--dir DIR]\n       \
-                     fleet fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS] [--deadline 600] [--dir DIR]\n       \
+                     fleet fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--dag 0,1] [--run-deadline SECS] [--deadline 600] [--dir DIR]\n       \
+                     fleet edges [--tasks 2000] [--dag 0,2] [--store sqlite,pg2] [--deadline 600] [--dir DIR]\n       \
                      fleet soak [--seconds 600] [--cells 4] [--tasks 8] [--store sqlite,pg2] [--deadline 1800] [--dir DIR]\n       \
                      fleet history [--findings 0,3000,30000] [--tasks 30] [--paths take,read_back] [--store sqlite,pg2] [--bin PATH] [--deadline 600] [--dir DIR]";
 
@@ -107,8 +110,10 @@ fn run() -> Res<()> {
         .tempdir_in(&parent)
         .map_err(|e| format!("temp dir: {e}"))?;
     // Only the modes that take --store start a cluster, and only when a pg store is named.
-    let pg = if matches!(mode.as_str(), "writes" | "fleet" | "soak" | "history")
-        && opts.stores.iter().any(|s| matches!(s, Store::Pg { .. }))
+    let pg = if matches!(
+        mode.as_str(),
+        "writes" | "fleet" | "soak" | "history" | "edges"
+    ) && opts.stores.iter().any(|s| matches!(s, Store::Pg { .. }))
     {
         eprintln!(
             "fleet: starting a PostgreSQL cluster under {}",
@@ -134,6 +139,7 @@ fn run() -> Res<()> {
                 "race" => race(&bench, &opts, deadline).await,
                 "fleet" => fleet(&bench, &opts, deadline).await,
                 "history" => history::history(&bench, &opts, deadline).await,
+                "edges" => edges::edges(&bench, &opts, deadline).await,
                 "soak" => soak_mode(&bench, &opts, deadline),
                 _ => Err(USAGE.into()),
             }
@@ -461,21 +467,30 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         ("", "")
     };
     println!(
-        "{lead}| path | cells | tasks | closed | handed out twice | left open | time to last close s | tasks settled/s | lost claims | try later (exit 4) | pull p50 ms | pull p99 ms | errors |"
+        "{lead}| path | cells | tasks | edges | closed | handed out twice | handed out early | left open | time to last close s | tasks settled/s | lost claims | try later (exit 4) | pull p50 ms | pull p99 ms | errors |"
     );
-    println!("{lead_rule}|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("{lead_rule}|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut notes = Vec::new();
     let mut rates: Vec<(String, ClaimPath, usize, f64)> = Vec::new();
     for &path in &opts.paths {
         for n in opts.cells_or(&[1, 8, 32, 128, 1000]) {
             // Stores inside: the stores of one size run back to back, so a disturbance on the
             // shared machine lands on neighbours that are compared.
-            for &store in &opts.stores {
+            for (&store, &per_task) in opts
+                .stores
+                .iter()
+                .flat_map(|s| opts.dag.iter().map(move |d| (s, d)))
+            {
                 let tasks = (n * TASKS_PER_CELL).max(MIN_SIM_TASKS);
+                let edges = tasks * per_task;
                 let label = if show_store {
-                    format!("{} {} with {n} cells", store.name(), path.as_str())
+                    format!(
+                        "{} {} with {n} cells, {edges} edges",
+                        store.name(),
+                        path.as_str()
+                    )
                 } else {
-                    format!("{} with {n} cells", path.as_str())
+                    format!("{} with {n} cells, {edges} edges", path.as_str())
                 };
                 if Instant::now() >= deadline {
                     notes.push(format!("- {label}: not run, the deadline passed"));
@@ -502,7 +517,7 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
                 } else {
                     Vec::new()
                 };
-                let mut r = sim::simulate(&h, &endpoints, n, tasks, run_deadline).await?;
+                let mut r = sim::simulate(&h, &endpoints, n, tasks, edges, run_deadline).await?;
                 drop(ledgers);
                 r.pull_times.sort();
                 let errors: usize = r.errors.values().sum();
@@ -511,17 +526,20 @@ async fn fleet(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
                 } else {
                     0.0
                 };
-                rates.push((store.name(), path, n, rate));
+                if per_task == 0 {
+                    rates.push((store.name(), path, n, rate));
+                }
                 let lead = if show_store {
                     format!("| {} ", store.name())
                 } else {
                     String::new()
                 };
                 println!(
-                    "{lead}| {} | {n} | {tasks} | {} | {} | {} | {:.2} | {:.1} | {} | {} | {} | {} | {errors} |",
+                    "{lead}| {} | {n} | {tasks} | {edges} | {} | {} | {} | {} | {:.2} | {:.1} | {} | {} | {} | {} | {errors} |",
                     path.as_str(),
                     r.closed,
                     r.doubles,
+                    r.early,
                     r.left_open,
                     r.secs,
                     rate,

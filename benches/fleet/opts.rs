@@ -20,6 +20,8 @@ pub struct Opts {
     pub findings: Vec<usize>,
     /// Ledgers and pulls run this binary instead of this build's (a baseline build).
     pub bin: Option<PathBuf>,
+    /// `fleet` and `edges`: dependency edges per task of the backlog, each a run of its own.
+    pub dag: Vec<usize>,
 }
 
 impl Opts {
@@ -38,6 +40,7 @@ impl Opts {
             dir: None,
             findings: vec![0, 3000, 30_000],
             bin: None,
+            dag: vec![0],
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -98,6 +101,13 @@ impl Opts {
                             .map(Duration::from_secs)
                             .ok_or_else(|| bad("whole seconds > 0"))?,
                     )
+                }
+                "--dag" => {
+                    o.dag = value
+                        .split(',')
+                        .map(|n| n.trim().parse().ok().filter(|n| *n <= 16))
+                        .collect::<Option<Vec<usize>>>()
+                        .ok_or_else(|| bad("edges per task, 0 to 16"))?
                 }
                 "--dir" => o.dir = Some(PathBuf::from(value)),
                 "--bin" => o.bin = Some(PathBuf::from(value)),

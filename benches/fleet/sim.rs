@@ -41,6 +41,8 @@ pub struct SimRun {
     pub closed: usize,
     /// Tasks handed to more than one cell: must be 0.
     pub doubles: usize,
+    /// Tasks handed out while a task they wait for was not yet closed: must be 0.
+    pub early: usize,
     /// Recorded tasks no cell closed by the end.
     pub left_open: usize,
     /// From the cells' start to the last close.
@@ -66,6 +68,12 @@ struct Shared {
     pull_times: Vec<Duration>,
     errors: BTreeMap<String, usize>,
     timed_out: bool,
+    /// Task id → the ids it waits for.
+    waits: BTreeMap<String, Vec<String>>,
+    /// Tasks whose close is written or being written: marked before the write is sent, so a
+    /// task handed out after its blocker's close committed always finds the blocker here.
+    closing: std::collections::BTreeSet<String>,
+    early: usize,
 }
 
 impl Shared {
@@ -91,6 +99,7 @@ pub async fn simulate(
     endpoints: &[String],
     cells: usize,
     tasks: usize,
+    edges: usize,
     deadline: Instant,
 ) -> Res<SimRun> {
     let chosen: Vec<Option<&String>> = if endpoints.is_empty() {
@@ -112,9 +121,19 @@ pub async fn simulate(
         atts.push(att);
     }
     let repository = identity_of_origin(ORIGIN);
-    record(&atts, &repository, tasks).await?;
+    let dag = random_dag(tasks, edges);
+    let ids = record(&atts, &repository, tasks, &dag).await?;
+    // Task id → the ids it waits for, to judge each hand-out by.
+    let waits: BTreeMap<String, Vec<String>> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.clone(), dag[i].iter().map(|&b| ids[b].clone()).collect()))
+        .collect();
 
-    let shared = Arc::new(Mutex::new(Shared::default()));
+    let shared = Arc::new(Mutex::new(Shared {
+        waits,
+        ..Shared::default()
+    }));
     let pulls = Arc::new(tokio::sync::Semaphore::new(PULLS_IN_FLIGHT));
     let aliases = Arc::new(vessel_aliases(&repository));
     let repository: Arc<str> = repository.into();
@@ -149,6 +168,7 @@ pub async fn simulate(
             .filter(|c| c.iter().any(|&x| x != c[0]))
             .count(),
         left_open: tasks.saturating_sub(s.closed),
+        early: s.early,
         secs: s
             .last_close
             .map_or(0.0, |t| t.duration_since(start).as_secs_f64()),
@@ -160,43 +180,80 @@ pub async fn simulate(
     })
 }
 
+/// A backlog's dependencies: for each task, the earlier tasks it waits for.
+pub type Dag = Vec<Vec<usize>>;
+
+/// A random DAG of `edges` edges over `tasks` tasks: each edge joins a task, drawn uniformly, to
+/// a task of an earlier recording batch, drawn uniformly among those, so every blocker is
+/// stored before its dependents name it. Tasks of the first batch wait for none.
+pub fn random_dag(tasks: usize, edges: usize) -> Dag {
+    let mut dag: Dag = vec![Vec::new(); tasks];
+    let random = |n: usize| {
+        let r = (u64::from(metabob_wire::util::random_u16()) << 16)
+            | u64::from(metabob_wire::util::random_u16());
+        (r % n as u64) as usize
+    };
+    let eligible = tasks.saturating_sub(RECORDING);
+    let most = (RECORDING..tasks).map(|i| i - i % RECORDING).sum::<usize>();
+    let mut placed = 0;
+    while placed < edges.min(most) && eligible > 0 {
+        let task = RECORDING + random(eligible);
+        let before = task - task % RECORDING;
+        let blocker = random(before);
+        if dag[task].len() < metabob_wire::depends::MAX_BLOCKERS && !dag[task].contains(&blocker) {
+            dag[task].push(blocker);
+            placed += 1;
+        }
+    }
+    dag
+}
+
 /// Records the tasks as `finding record --category task` would, `RECORDING` at a time, taking
-/// the attachments in turn.
-async fn record(atts: &[Attachment], repository: &str, tasks: usize) -> Res<()> {
-    let mut writes = tokio::task::JoinSet::new();
-    for i in 0..tasks {
-        if writes.len() >= RECORDING
-            && let Some(done) = writes.join_next().await
-        {
+/// the attachments in turn; a task of `dag` names its blockers in `blocked-by:` lines, and each
+/// batch is stored before the next is sent. Answers each task's id.
+pub async fn record(
+    atts: &[Attachment],
+    repository: &str,
+    tasks: usize,
+    dag: &Dag,
+) -> Res<Vec<String>> {
+    let ids: Vec<String> = (0..tasks).map(|_| new_finding_id()).collect();
+    for batch in (0..tasks).collect::<Vec<_>>().chunks(RECORDING) {
+        let mut writes = tokio::task::JoinSet::new();
+        for &i in batch {
+            let blockers = dag.get(i).map(Vec::as_slice).unwrap_or_default();
+            let details: Vec<String> = blockers
+                .iter()
+                .map(|&b| format!("{}: {}", metabob_wire::depends::RECORDED_LINE, ids[b]))
+                .collect();
+            let f = NewFinding {
+                finding_ids: vec![ids[i].clone()],
+                files: vec![format!("src/m{}.py", i % 97)],
+                summary: format!("[HIGH][task] m{}.py: step {i}", i % 97),
+                details: details.join("\n"),
+                severity: Severity::High,
+                category: "task".into(),
+                repo: repository.to_string(),
+                repo_name: "app".into(),
+                workspace: String::new(),
+                lines: None,
+                status: FindingStatus::Open,
+                recorded_by: Some("fleet-bench".into()),
+                session: "fleet-bench".into(),
+            };
+            let att = atts[i % atts.len()].clone();
+            writes.spawn(async move {
+                metabob_cell::ledger::write_concept(&att, f.to_pointer())
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("record: {e}"))
+            });
+        }
+        while let Some(done) = writes.join_next().await {
             done.map_err(|e| format!("record: {e}"))??;
         }
-        let f = NewFinding {
-            finding_ids: vec![new_finding_id()],
-            files: vec![format!("src/m{}.py", i % 97)],
-            summary: format!("[HIGH][task] m{}.py: step {i}", i % 97),
-            details: String::new(),
-            severity: Severity::High,
-            category: "task".into(),
-            repo: repository.to_string(),
-            repo_name: "app".into(),
-            workspace: String::new(),
-            lines: None,
-            status: FindingStatus::Open,
-            recorded_by: Some("fleet-bench".into()),
-            session: "fleet-bench".into(),
-        };
-        let att = atts[i % atts.len()].clone();
-        writes.spawn(async move {
-            metabob_cell::ledger::write_concept(&att, f.to_pointer())
-                .await
-                .map(drop)
-                .map_err(|e| format!("record: {e}"))
-        });
     }
-    while let Some(done) = writes.join_next().await {
-        done.map_err(|e| format!("record: {e}"))??;
-    }
-    Ok(())
+    Ok(ids)
 }
 
 fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
@@ -298,10 +355,15 @@ impl Cell<'_> {
             {
                 let mut s = lock(shared);
                 s.pull_times.push(pulled);
-                s.handed
-                    .entry(task.finding.id().to_string())
-                    .or_default()
-                    .push(i);
+                let id = task.finding.id().to_string();
+                let waited = s
+                    .waits
+                    .get(&id)
+                    .is_none_or(|w| w.iter().all(|b| s.closing.contains(b)));
+                if !waited {
+                    s.early += 1;
+                }
+                s.handed.entry(id).or_default().push(i);
             }
             let f = &task.finding;
             match claim_finding(att, f, &me, &session, 60, ClaimAction::Renew, None).await {
@@ -317,13 +379,18 @@ impl Cell<'_> {
                 origin: VerdictOrigin::Remote,
                 lines: vec![("fix", format!("commit {:040x}", now_ms()))],
             };
+            lock(shared).closing.insert(f.id().to_string());
             match verdict::write(att, &fix, "fleet-bench").await {
                 Ok(_) => {
                     let mut s = lock(shared);
                     s.closed += 1;
                     s.last_close = Some(Instant::now());
                 }
-                Err(e) => lock(shared).error("close", e),
+                Err(e) => {
+                    let mut s = lock(shared);
+                    s.closing.remove(f.id());
+                    s.error("close", e);
+                }
             }
         }
     }
