@@ -417,3 +417,161 @@ pub fn backfill(conn: Sql<'_>) -> Result<(), ApiError> {
 fn one_line(s: &str) -> String {
     s.chars().take(80).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::concepts::CreateConcept;
+    use crate::db::{Budget, Db, Location};
+    use crate::input::Fields;
+    use metabob_wire::depends::edge_row;
+    use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+    use metabob_wire::verdict::{NewVerdict, VerdictOrigin};
+
+    struct Ledger {
+        _dir: tempfile::TempDir,
+        db: Db,
+    }
+
+    fn ledger() -> Ledger {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&Location::Sqlite(dir.path().to_path_buf()), 1).unwrap();
+        db.with_writer(|w| {
+            w.sql().execute(
+                "INSERT INTO orgs (id, name, created_at) VALUES ('org_a', 'a', 0)",
+                &[],
+            )
+        })
+        .unwrap();
+        Ledger { _dir: dir, db }
+    }
+
+    impl Ledger {
+        fn write(&self, pointer: Value) -> Result<Value, ApiError> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(self.db.write(Budget::start(60_000), move |w| {
+                let fields = Fields::new(pointer.as_object().unwrap(), "");
+                CreateConcept::parse(&fields, None)?.run(w, "org_a")
+            }))
+        }
+
+        fn task(&self, blockers: &[&Finding]) -> Result<Finding, ApiError> {
+            let lines: Vec<String> = blockers
+                .iter()
+                .map(|b| format!("blocked-by: {}", b.id()))
+                .collect();
+            let nf = NewFinding {
+                finding_ids: vec![new_finding_id()],
+                files: vec!["a.py".into()],
+                summary: "step".into(),
+                details: lines.join("\n"),
+                severity: Severity::High,
+                category: "task".into(),
+                repo: "example.test/o/app".into(),
+                repo_name: "app".into(),
+                workspace: String::new(),
+                lines: None,
+                status: FindingStatus::Open,
+                recorded_by: None,
+                session: "s".into(),
+            };
+            let v = self.write(nf.to_pointer())?;
+            Ok(Finding::read(&v["concept"]).unwrap().unwrap())
+        }
+
+        fn verdict(&self, f: &Finding, kind: VerdictKind) {
+            let nv = NewVerdict {
+                finding: f,
+                kind,
+                reviewed_by: Some("ops".into()),
+                session: "s".into(),
+                origin: VerdictOrigin::Remote,
+                lines: Vec::new(),
+            };
+            self.write(nv.to_pointer()).unwrap();
+        }
+
+        fn edge(&self, t: &Finding, kind: VerdictKind, b: &Finding) -> Result<Value, ApiError> {
+            self.write(edge_row(t, kind, b.id(), None, "s").to_pointer())
+        }
+
+        /// Every edge, as (task, blocker, holds), in order.
+        fn edges(&self) -> Vec<(String, String, bool)> {
+            self.db
+                .with_writer(|w| {
+                    w.sql().query(
+                        "SELECT task_id, blocker_id, holds FROM task_edges ORDER BY task_id, blocker_id",
+                        &[],
+                        |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)? != 0)),
+                    )
+                })
+                .unwrap()
+        }
+    }
+
+    fn refusal(r: Result<impl std::fmt::Debug, ApiError>) -> String {
+        match r {
+            Err(ApiError::BadRequest(why)) => why,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_index_follows_edges_and_verdicts_and_is_rebuilt_the_same_from_the_rows() {
+        let l = ledger();
+        let a = l.task(&[]).unwrap();
+        let b = l.task(&[&a]).unwrap();
+        let c = l.task(&[&b]).unwrap();
+        let e = |t: &Finding, bl: &Finding, holds| (t.id().to_string(), bl.id().to_string(), holds);
+        let mut want = vec![e(&b, &a, true), e(&c, &b, true)];
+        want.sort();
+        assert_eq!(l.edges(), want);
+
+        // A fix lets b go; a cancellation after it outranks the fix and holds b back again.
+        l.verdict(&a, VerdictKind::Fixed);
+        assert!(l.edges().contains(&e(&b, &a, false)));
+        l.verdict(&a, VerdictKind::Cancelled);
+        assert!(l.edges().contains(&e(&b, &a, true)));
+
+        // Rows change the edges; the refused one changes nothing.
+        l.edge(&c, VerdictKind::Blocked, &a).unwrap();
+        l.edge(&c, VerdictKind::Unblocked, &b).unwrap();
+        let why = refusal(l.edge(&a, VerdictKind::Blocked, &c));
+        assert!(
+            why.contains(&format!("cycle {} → {} → {}", a.id(), c.id(), a.id())),
+            "{why}"
+        );
+        let mut want = vec![e(&b, &a, true), e(&c, &a, true)];
+        want.sort();
+        assert_eq!(l.edges(), want);
+
+        // Built again from the rows alone, the index says the same.
+        let before = l.edges();
+        l.db.with_writer(|w| {
+            w.sql().execute("DELETE FROM task_edges", &[])?;
+            backfill(w.sql())
+        })
+        .unwrap();
+        assert_eq!(l.edges(), before);
+    }
+
+    #[test]
+    fn a_task_waits_for_at_most_the_most_blockers() {
+        let l = ledger();
+        let many: Vec<Finding> = (0..=MAX_BLOCKERS).map(|_| l.task(&[]).unwrap()).collect();
+        let named: Vec<&Finding> = many.iter().collect();
+        let why = refusal(l.task(&named));
+        assert!(
+            why.contains(&format!("at most {MAX_BLOCKERS} blockers")),
+            "{why}"
+        );
+        let full = l.task(&named[..MAX_BLOCKERS]).unwrap();
+        let why = refusal(l.edge(&full, VerdictKind::Blocked, &many[MAX_BLOCKERS]));
+        assert!(why.contains("already waits for"), "{why}");
+        // What a refused write was to store is not stored: one task holds every edge.
+        assert_eq!(l.edges().len(), MAX_BLOCKERS);
+    }
+}

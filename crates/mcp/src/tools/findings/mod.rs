@@ -67,7 +67,8 @@ pub struct RecordArgs {
     pub files: Vec<String>,
     /// One-line description.
     pub summary: String,
-    /// Longer explanation or suggested fix.
+    /// Longer explanation or suggested fix; for a task, its policy lines (`ref: BRANCH`) and a
+    /// `blocked-by: agf_…` line per task it waits for.
     pub details: Option<String>,
     pub severity: Severity,
     /// Free-form slug: security, correctness, design-constraint, task, …
