@@ -216,8 +216,32 @@ fn in_chromium_a_tasks_detail_shows_its_attempts_and_each_button_acts_through_th
     let claimed = task_id(&env.record_task(&url, "a should return 2", "HIGH"));
     assert_eq!(env.task_pull(&url, "c1", &[]).code, 0);
     let open = task_id(&env.record_task(&url, "tidy b", "LOW"));
+    let out = env.run(&[
+        "finding",
+        "record",
+        "--origin",
+        &url,
+        "--file",
+        "a.py",
+        "--summary",
+        "use tidy b",
+        "--severity",
+        "HIGH",
+        "--category",
+        "task",
+        "--blocked-by",
+        &open,
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let blocked = task_id(&serde_json::from_str(&out.stdout).unwrap());
     let (_, b) = board_data(&ledger, &key);
-    for (task, group) in [(&parked, "parked"), (&claimed, "claimed"), (&open, "open")] {
+    for (task, group) in [
+        (&parked, "parked"),
+        (&claimed, "claimed"),
+        (&open, "open"),
+        (&blocked, "blocked"),
+    ] {
         assert_eq!(group_of(&b, task).as_deref(), Some(group), "{b}");
     }
 
@@ -277,6 +301,11 @@ fn in_chromium_a_tasks_detail_shows_its_attempts_and_each_button_acts_through_th
         { "eval": visible },
         // The key went in a header: the page set no cookie.
         { "eval": "document.cookie" },
+        // The task that waits for the cancelled one says so on the board.
+        { "wait": format!(
+            "document.querySelector('{}').textContent.includes('blocked by cancelled {open}')",
+            li(&blocked)
+        ) },
     ]));
     let text = out[5].as_str().unwrap();
     // One attempt, by the cell that parked it, and the refusal that parked it.
@@ -322,7 +351,7 @@ fn in_chromium_a_tasks_detail_shows_its_attempts_and_each_button_acts_through_th
         status_says("may only read"),
         { "eval": "document.querySelectorAll('li.task').length" },
     ]));
-    assert_eq!(out[7], 3, "the board stays");
+    assert_eq!(out[7], 4, "the board stays");
     let (_, b) = board_data(&ledger, &key);
     assert_eq!(group_of(&b, &claimed).as_deref(), Some("open"), "{b}");
 }
