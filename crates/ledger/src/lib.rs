@@ -33,6 +33,8 @@ pub mod sql;
 pub mod take;
 pub mod task_actions;
 pub mod task_edges;
+#[cfg(test)]
+mod test_support;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

@@ -285,44 +285,15 @@ pub fn indexed(conn: Sql<'_>, org: &str, concept_id: &str) -> Result<bool, ApiEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::concepts::CreateConcept;
-    use crate::db::{Budget, Db, Location};
-    use crate::input::Fields;
-    use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+    use crate::db::Db;
+    use crate::test_support::{TestLedger, finding, ledger};
     use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 
-    fn write(db: &Db, org: &'static str, pointer: Value) -> Value {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(db.write(Budget::start(60_000), move |w| {
-            let fields = Fields::new(pointer.as_object().unwrap(), "");
-            CreateConcept::parse(&fields, None)?.run(w, org)
-        }))
-        .unwrap()["concept"]
-            .clone()
+    fn write(l: &TestLedger, pointer: Value) -> Value {
+        l.write(pointer).unwrap()["concept"].clone()
     }
 
-    fn task(summary: &str, category: &str) -> NewFinding {
-        NewFinding {
-            finding_ids: vec![new_finding_id()],
-            files: vec!["a.py".into()],
-            summary: summary.into(),
-            details: String::new(),
-            severity: Severity::High,
-            category: category.into(),
-            repo: "example.test/o/app".into(),
-            repo_name: "app".into(),
-            workspace: String::new(),
-            lines: None,
-            status: FindingStatus::Open,
-            recorded_by: None,
-            session: "s".into(),
-        }
-    }
-
-    fn verdict(db: &Db, f: &Finding, kind: VerdictKind) {
+    fn verdict(l: &TestLedger, f: &Finding, kind: VerdictKind) {
         let nv = NewVerdict {
             finding: f,
             kind,
@@ -331,7 +302,7 @@ mod tests {
             origin: VerdictOrigin::Remote,
             lines: vec![("claim_minutes", "10".into())],
         };
-        write(db, "org_a", nv.to_pointer());
+        write(l, nv.to_pointer());
     }
 
     fn open_ids(db: &Db) -> Vec<String> {
@@ -357,31 +328,24 @@ mod tests {
 
     #[test]
     fn the_index_follows_tasks_and_their_closing_verdicts_and_is_rebuilt_from_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(&Location::Sqlite(dir.path().to_path_buf()), 1).unwrap();
-        db.with_writer(|w| {
-            w.sql().execute(
-                "INSERT INTO orgs (id, name, created_at) VALUES ('org_a', 'a', 0)",
-                &[],
-            )
-        })
-        .unwrap();
+        let l = ledger();
+        let db = &l.db;
         let read = |c: &Value| Finding::read(c).unwrap().unwrap();
-        let a = read(&write(&db, "org_a", task("A", "task").to_pointer()));
-        let b = read(&write(&db, "org_a", task("B", "task").to_pointer()));
-        write(&db, "org_a", task("not a task", "correctness").to_pointer());
-        assert_eq!(open_ids(&db), [a.id(), b.id()]);
+        let a = read(&write(&l, finding("A", "task", "").to_pointer()));
+        let b = read(&write(&l, finding("B", "task", "").to_pointer()));
+        write(&l, finding("not a task", "correctness", "").to_pointer());
+        assert_eq!(open_ids(db), [a.id(), b.id()]);
 
         // A claim and its withdrawal leave a task open, and the index says who holds it; a fix
         // closes it.
-        verdict(&db, &a, VerdictKind::Claimed);
-        assert_eq!(holder_now(&db, &a).as_deref(), Some("cell"));
-        assert_eq!(holder_now(&db, &b), None);
-        verdict(&db, &a, VerdictKind::Withdrawn);
-        assert_eq!(holder_now(&db, &a), None);
-        assert_eq!(open_ids(&db).len(), 2);
-        verdict(&db, &a, VerdictKind::Fixed);
-        assert_eq!(open_ids(&db), [b.id()]);
+        verdict(&l, &a, VerdictKind::Claimed);
+        assert_eq!(holder_now(db, &a).as_deref(), Some("cell"));
+        assert_eq!(holder_now(db, &b), None);
+        verdict(&l, &a, VerdictKind::Withdrawn);
+        assert_eq!(holder_now(db, &a), None);
+        assert_eq!(open_ids(db).len(), 2);
+        verdict(&l, &a, VerdictKind::Fixed);
+        assert_eq!(open_ids(db), [b.id()]);
 
         // Built again from the rows alone, the index says the same.
         db.with_writer(|w| {
@@ -389,7 +353,7 @@ mod tests {
             backfill(w.sql())
         })
         .unwrap();
-        assert_eq!(open_ids(&db), [b.id()]);
+        assert_eq!(open_ids(db), [b.id()]);
         // Another org's index is its own.
         assert!(
             db.with_writer(|w| open(w.sql(), "org_b"))

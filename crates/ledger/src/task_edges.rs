@@ -421,64 +421,24 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::concepts::CreateConcept;
-    use crate::db::{Budget, Db, Location};
-    use crate::input::Fields;
+    use crate::test_support::{TestLedger, finding, ledger};
     use metabob_wire::depends::edge_row;
-    use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
     use metabob_wire::verdict::{NewVerdict, VerdictOrigin};
 
-    struct Ledger {
-        _dir: tempfile::TempDir,
-        db: Db,
+    trait Edges {
+        fn task(&self, blockers: &[&Finding]) -> Result<Finding, ApiError>;
+        fn verdict(&self, f: &Finding, kind: VerdictKind);
+        fn edge(&self, t: &Finding, kind: VerdictKind, b: &Finding) -> Result<Value, ApiError>;
+        fn edges(&self) -> Vec<(String, String, bool)>;
     }
 
-    fn ledger() -> Ledger {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(&Location::Sqlite(dir.path().to_path_buf()), 1).unwrap();
-        db.with_writer(|w| {
-            w.sql().execute(
-                "INSERT INTO orgs (id, name, created_at) VALUES ('org_a', 'a', 0)",
-                &[],
-            )
-        })
-        .unwrap();
-        Ledger { _dir: dir, db }
-    }
-
-    impl Ledger {
-        fn write(&self, pointer: Value) -> Result<Value, ApiError> {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(self.db.write(Budget::start(60_000), move |w| {
-                let fields = Fields::new(pointer.as_object().unwrap(), "");
-                CreateConcept::parse(&fields, None)?.run(w, "org_a")
-            }))
-        }
-
+    impl Edges for TestLedger {
         fn task(&self, blockers: &[&Finding]) -> Result<Finding, ApiError> {
             let lines: Vec<String> = blockers
                 .iter()
                 .map(|b| format!("blocked-by: {}", b.id()))
                 .collect();
-            let nf = NewFinding {
-                finding_ids: vec![new_finding_id()],
-                files: vec!["a.py".into()],
-                summary: "step".into(),
-                details: lines.join("\n"),
-                severity: Severity::High,
-                category: "task".into(),
-                repo: "example.test/o/app".into(),
-                repo_name: "app".into(),
-                workspace: String::new(),
-                lines: None,
-                status: FindingStatus::Open,
-                recorded_by: None,
-                session: "s".into(),
-            };
-            let v = self.write(nf.to_pointer())?;
+            let v = self.write(finding("step", "task", &lines.join("\n")).to_pointer())?;
             Ok(Finding::read(&v["concept"]).unwrap().unwrap())
         }
 
