@@ -196,7 +196,8 @@ pub struct OpenTask {
     pub summary: String,
     /// The claim the index last saw holding it, live or not: the reader applies the clock.
     pub held: Option<Held>,
-    /// A blocker holds it back (SPEC.md §Dependencies), by the dependency index.
+    /// A blocker holds it back (SPEC.md §Dependencies): the dependency index's count, kept in
+    /// this index's own row.
     pub blocked: bool,
 }
 
@@ -204,10 +205,7 @@ pub struct OpenTask {
 pub fn open(conn: Sql<'_>, org: &str) -> Result<Vec<OpenTask>, ApiError> {
     conn.query(
         "SELECT concept_id, task_id, severity, repo, files, summary,
-                holder, held_since, held_until, held_claim,
-                CAST(CASE WHEN EXISTS (SELECT 1 FROM task_edges e WHERE e.org_id = o.org_id
-                          AND e.task_id = o.task_id AND e.holds = 1) THEN 1 ELSE 0 END AS BIGINT)
-           FROM open_tasks o
+                holder, held_since, held_until, held_claim, blocked FROM open_tasks
            WHERE org_id = ?1 ORDER BY seq LIMIT ?2",
         args![org, MAX_SCANNED],
         |r| {
@@ -230,7 +228,7 @@ pub fn open(conn: Sql<'_>, org: &str) -> Result<Vec<OpenTask>, ApiError> {
                 files: serde_json::from_str(&files).unwrap_or_default(),
                 summary: r.get(5)?,
                 held,
-                blocked: r.get::<i64>(10)? != 0,
+                blocked: r.get::<i64>(10)? > 0,
             })
         },
     )

@@ -29,6 +29,10 @@ CREATE TABLE IF NOT EXISTS task_edges (
     PRIMARY KEY (org_id, task_id, blocker_id)
 );
 CREATE INDEX IF NOT EXISTS task_edges_by_blocker ON task_edges(org_id, blocker_id);
+-- How many of an open task's blockers hold it back, kept beside the task so that a take reads
+-- whether it is blocked with the rest of the open-task index, no lookup per task.
+ALTER TABLE open_tasks ADD COLUMN blocked INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS open_tasks_by_task ON open_tasks(org_id, task_id);
 "#;
 
 /// The most tasks a cycle check walks through: far more than a backlog's chains, and a bound on
@@ -165,7 +169,7 @@ fn edge_row(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
             task.id()
         )));
     }
-    Ok(())
+    count_holding(conn, org, task.id())
 }
 
 /// The blocker `word` names for `task`, or the one line saying why it may not be one.
@@ -191,7 +195,10 @@ fn check(conn: Sql<'_>, org: &str, task: &Finding, word: &str) -> Result<Finding
             "blocked-by {word}: that is another id of this task, which cannot wait for itself"
         )));
     }
-    if let Some(path) = path(conn, org, blocker.id(), task.id())? {
+    // A ring through the new edge ends in an edge to this task: with none, there is no walk.
+    if is_blocker(conn, org, task.id())?
+        && let Some(path) = path(conn, org, blocker.id(), task.id())?
+    {
         let mut names = vec![task.id().to_string()];
         names.extend(path);
         return Err(ApiError::bad(format!(
@@ -213,6 +220,17 @@ fn add(conn: Sql<'_>, org: &str, task: &Finding, blocker: &Finding) -> Result<()
             blocker.id(),
             i64::from(holds(conn, org, blocker)?)
         ],
+    )?;
+    count_holding(conn, org, task.id())
+}
+
+/// Writes into the open-task index how many of `task_id`'s blockers hold it back now.
+fn count_holding(conn: Sql<'_>, org: &str, task_id: &str) -> Result<(), ApiError> {
+    conn.execute(
+        "UPDATE open_tasks SET blocked = (SELECT COUNT(*) FROM task_edges e
+             WHERE e.org_id = ?1 AND e.task_id = ?2 AND e.holds = 1)
+           WHERE org_id = ?1 AND task_id = ?2",
+        args![org, task_id],
     )?;
     Ok(())
 }
@@ -237,10 +255,20 @@ fn reweigh(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
             continue;
         }
         done.push(blocker.id().to_string());
-        conn.execute(
-            "UPDATE task_edges SET holds = ?3 WHERE org_id = ?1 AND blocker_id = ?2",
+        let changed = conn.execute(
+            "UPDATE task_edges SET holds = ?3
+               WHERE org_id = ?1 AND blocker_id = ?2 AND holds <> ?3",
             args![org, blocker.id(), i64::from(holds(conn, org, &blocker)?)],
         )?;
+        if changed > 0 {
+            conn.execute(
+                "UPDATE open_tasks SET blocked = (SELECT COUNT(*) FROM task_edges e
+                     WHERE e.org_id = ?1 AND e.task_id = open_tasks.task_id AND e.holds = 1)
+                   WHERE org_id = ?1 AND task_id IN
+                     (SELECT task_id FROM task_edges WHERE org_id = ?1 AND blocker_id = ?2)",
+                args![org, blocker.id()],
+            )?;
+        }
     }
     Ok(())
 }
@@ -409,6 +437,7 @@ pub fn backfill(conn: Sql<'_>) -> Result<(), ApiError> {
                 add(conn, &org, &task, &blocker)?;
             }
         }
+        count_holding(conn, &org, task.id())?;
     }
     Ok(())
 }
