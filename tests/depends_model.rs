@@ -512,3 +512,46 @@ fn two_writes_at_once_never_close_a_cycle_together() {
         assert!(refused.to_string().contains("closes a cycle"), "{refused}");
     }
 }
+
+/// Two blockers of one task fixed at the same moment (on PostgreSQL through two replicas): the
+/// task is ready once both are, whichever commits last. Each fix counts its own edge down on
+/// the dependent's row, so neither overwrites the other's.
+#[test]
+fn blockers_fixed_at_once_let_their_dependent_go() {
+    let w = World::start();
+    let record = |blockers: &[&Finding]| {
+        let (status, v) = w.write(new_task(blockers));
+        assert!(ok(status), "{status}: {v}");
+        Finding::read(&v["concept"]).unwrap().unwrap()
+    };
+    let mut dependents = Vec::new();
+    for _ in 0..16 {
+        let (x1, x2) = (record(&[]), record(&[]));
+        let y = record(&[&x1, &x2]);
+        let ledgers = [w.next(), w.next()];
+        std::thread::scope(|s| {
+            for (x, ledger) in [&x1, &x2].into_iter().zip(ledgers) {
+                let key = &w.key;
+                s.spawn(move || {
+                    let fix = NewVerdict {
+                        finding: x,
+                        kind: VerdictKind::Fixed,
+                        reviewed_by: Some("ops".into()),
+                        session: "race".into(),
+                        origin: VerdictOrigin::Remote,
+                        lines: Vec::new(),
+                    };
+                    let (status, v) = ledger.resolve(key, fix.to_pointer());
+                    assert!(ok(status), "{status}: {v}");
+                });
+            }
+        });
+        dependents.push(y.concept_id);
+    }
+    let ready = w.ready().unwrap();
+    let stuck: Vec<&String> = dependents.iter().filter(|d| !ready.contains(*d)).collect();
+    assert!(
+        stuck.is_empty(),
+        "still blocked though both blockers are fixed: {stuck:?}"
+    );
+}

@@ -159,17 +159,17 @@ fn edge_row(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
         }
         return add(conn, org, &task, &blocker);
     }
-    let gone = conn.execute(
-        "DELETE FROM task_edges WHERE org_id = ?1 AND task_id = ?2 AND blocker_id = ?3",
-        args![org, task.id(), named],
-    )?;
-    if gone == 0 {
+    let Some(held) = edge_holds(conn, org, task.id(), named)? else {
         return Err(ApiError::bad(format!(
             "{} does not wait for {named}: there is nothing to unblock",
             task.id()
         )));
-    }
-    count_holding(conn, org, task.id())
+    };
+    conn.execute(
+        "DELETE FROM task_edges WHERE org_id = ?1 AND task_id = ?2 AND blocker_id = ?3",
+        args![org, task.id(), named],
+    )?;
+    count_by(conn, org, task.id(), -i64::from(held))
 }
 
 /// The blocker `word` names for `task`, or the one line saying why it may not be one.
@@ -211,20 +211,51 @@ fn check(conn: Sql<'_>, org: &str, task: &Finding, word: &str) -> Result<Finding
 
 /// Stores the edge `task` ← `blocker` with whether the blocker holds it back now.
 fn add(conn: Sql<'_>, org: &str, task: &Finding, blocker: &Finding) -> Result<(), ApiError> {
+    let was = edge_holds(conn, org, task.id(), blocker.id())?;
+    let now = holds(conn, org, blocker)?;
     conn.execute(
         "INSERT INTO task_edges (org_id, task_id, blocker_id, holds) VALUES (?1, ?2, ?3, ?4)
            ON CONFLICT (org_id, task_id, blocker_id) DO UPDATE SET holds = excluded.holds",
-        args![
-            org,
-            task.id(),
-            blocker.id(),
-            i64::from(holds(conn, org, blocker)?)
-        ],
+        args![org, task.id(), blocker.id(), i64::from(now)],
     )?;
-    count_holding(conn, org, task.id())
+    count_by(
+        conn,
+        org,
+        task.id(),
+        i64::from(now) - i64::from(was == Some(true)),
+    )
 }
 
-/// Writes into the open-task index how many of `task_id`'s blockers hold it back now.
+/// Whether the edge `task_id` ← `blocker_id` holds; `None` when there is no such edge.
+fn edge_holds(
+    conn: Sql<'_>,
+    org: &str,
+    task_id: &str,
+    blocker_id: &str,
+) -> Result<Option<bool>, ApiError> {
+    conn.query_opt(
+        "SELECT holds FROM task_edges WHERE org_id = ?1 AND task_id = ?2 AND blocker_id = ?3",
+        args![org, task_id, blocker_id],
+        |r| Ok(r.get::<i64>(0)? != 0),
+    )
+}
+
+/// Moves `task_id`'s count of holding blockers in the open-task index by `by`. A change, not a
+/// count read and written back: two blockers of one task may change at once on two replicas,
+/// each under its own lock, and a count computed by each would lose the other's change, where
+/// the row's own update applies both.
+fn count_by(conn: Sql<'_>, org: &str, task_id: &str, by: i64) -> Result<(), ApiError> {
+    if by != 0 {
+        conn.execute(
+            "UPDATE open_tasks SET blocked = blocked + ?3 WHERE org_id = ?1 AND task_id = ?2",
+            args![org, task_id, by],
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes into the open-task index how many of `task_id`'s blockers hold it back now, from its
+/// edges: for the rebuild, which runs alone.
 fn count_holding(conn: Sql<'_>, org: &str, task_id: &str) -> Result<(), ApiError> {
     conn.execute(
         "UPDATE open_tasks SET blocked = (SELECT COUNT(*) FROM task_edges e
@@ -255,19 +286,23 @@ fn reweigh(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
             continue;
         }
         done.push(blocker.id().to_string());
-        let changed = conn.execute(
-            "UPDATE task_edges SET holds = ?3
-               WHERE org_id = ?1 AND blocker_id = ?2 AND holds <> ?3",
-            args![org, blocker.id(), i64::from(holds(conn, org, &blocker)?)],
+        // The blocker's holder lock, which this verdict's write holds, orders every change to
+        // its edges, so the ones read here are the ones that flip.
+        let now = i64::from(holds(conn, org, &blocker)?);
+        let flipped = conn.query(
+            "SELECT task_id FROM task_edges WHERE org_id = ?1 AND blocker_id = ?2 AND holds <> ?3",
+            args![org, blocker.id(), now],
+            |r| r.get::<String>(0),
         )?;
-        if changed > 0 {
-            conn.execute(
-                "UPDATE open_tasks SET blocked = (SELECT COUNT(*) FROM task_edges e
-                     WHERE e.org_id = ?1 AND e.task_id = open_tasks.task_id AND e.holds = 1)
-                   WHERE org_id = ?1 AND task_id IN
-                     (SELECT task_id FROM task_edges WHERE org_id = ?1 AND blocker_id = ?2)",
-                args![org, blocker.id()],
-            )?;
+        if flipped.is_empty() {
+            continue;
+        }
+        conn.execute(
+            "UPDATE task_edges SET holds = ?3 WHERE org_id = ?1 AND blocker_id = ?2",
+            args![org, blocker.id(), now],
+        )?;
+        for task_id in flipped {
+            count_by(conn, org, &task_id, if now == 1 { 1 } else { -1 })?;
         }
     }
     Ok(())
