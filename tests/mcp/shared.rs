@@ -255,6 +255,12 @@ async fn get_problems_marks_a_blocked_task_and_names_its_blockers() {
         )),
         "{line}"
     );
+    // Nor does claim_finding hand it out.
+    let (said, _) = s.call("claim_finding", json!({"problem_id": second})).await;
+    assert!(
+        said.contains(&format!("Refused: {second} is blocked by open {first}")),
+        "{said}"
+    );
     // The ledger's own answer agrees: only the blocker is ready.
     let out = env.run(&["task", "list", "--ready", "--json"]);
     let ready: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();

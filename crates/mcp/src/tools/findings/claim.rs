@@ -4,6 +4,7 @@ use super::{ClaimArg, ClaimArgs, resolve_named};
 use crate::ctx::{Ctx, Here};
 use crate::tools::{CallResult, Reply, not_attached};
 use metabob_cell::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
+use metabob_wire::depends::blocked_line;
 use metabob_wire::util::rfc3339_ms;
 
 pub async fn claim_finding(ctx: &Ctx, here: &Here<'_>, a: ClaimArgs) -> Reply {
@@ -38,6 +39,24 @@ pub async fn claim_finding(ctx: &Ctx, here: &Here<'_>, a: ClaimArgs) -> Reply {
         ClaimArg::Renew => ClaimAction::Renew,
         ClaimArg::Release => ClaimAction::Release,
     };
+    // A task that waits for others is not claimed, as no pull hands it out; a holder renews.
+    if action == ClaimAction::Claim
+        && let Some(view) = &named.view
+        && view
+            .holder(&finding, metabob_wire::util::now_ms())
+            .is_none_or(|h| h.holder != me)
+    {
+        let waits = view.open_blockers(&finding);
+        if !waits.is_empty() {
+            let reason = format!(
+                "{} is {}; claim it once each is fixed",
+                finding.id(),
+                blocked_line(&waits)
+            );
+            return Reply::error(claim_text(&ClaimOutcome::Refused { reason }, finding.id()))
+                .with_result(refused);
+        }
+    }
     let minutes = a.minutes.unwrap_or(claims::DEFAULT_CLAIM_MINUTES);
     let session_id = s.att.claim().session.clone();
     let claimed = claims::claim_finding(&s.att, &finding, &me, &session_id, minutes, action, None);
