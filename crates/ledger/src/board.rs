@@ -66,17 +66,8 @@ impl BoardRequest {
     }
 
     pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
-        let origin = p
-            .opt_str("origin")?
-            .map(str::trim)
-            .filter(|o| !o.is_empty());
-        if origin.is_some_and(|o| o.len() > ORIGIN_BYTES) {
-            return Err(ApiError::bad(format!(
-                "origin: longer than {ORIGIN_BYTES} bytes"
-            )));
-        }
         Ok(BoardRequest {
-            identity: origin.map(identity_of_origin),
+            identity: origin_identity(p)?,
         })
     }
 
@@ -159,6 +150,21 @@ impl BoardRequest {
             vessel_aliases(id).belongs(f.repo.as_deref().unwrap_or_default(), &f.files)
         })
     }
+}
+
+/// A read's optional `origin` (a clone URL, at most `ORIGIN_BYTES`), as the repository identity
+/// `task pull` would give it: the board's and `taskReady`'s one field.
+pub fn origin_identity(p: &Fields<'_>) -> Result<Option<String>, ApiError> {
+    let origin = p
+        .opt_str("origin")?
+        .map(str::trim)
+        .filter(|o| !o.is_empty());
+    if origin.is_some_and(|o| o.len() > ORIGIN_BYTES) {
+        return Err(ApiError::bad(format!(
+            "origin: longer than {ORIGIN_BYTES} bytes"
+        )));
+    }
+    Ok(origin.map(identity_of_origin))
 }
 
 /// The newest `cap` rows of `shape`, read with `conceptSearch` a page at a time, and whether

@@ -352,17 +352,8 @@ pub const MAX_READY: usize = 1000;
 
 impl ReadyRequest {
     pub fn parse(p: &Fields<'_>) -> Result<Self, ApiError> {
-        let origin = p
-            .opt_str("origin")?
-            .map(str::trim)
-            .filter(|o| !o.is_empty());
-        if origin.is_some_and(|o| o.len() > MAX_REPOSITORY_BYTES) {
-            return Err(ApiError::bad(format!(
-                "origin: longer than {MAX_REPOSITORY_BYTES} bytes"
-            )));
-        }
         Ok(ReadyRequest {
-            repository: origin.map(metabob_wire::repo_identity::identity_of_origin),
+            repository: super::board::origin_identity(p)?,
         })
     }
 

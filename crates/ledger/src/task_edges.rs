@@ -1,6 +1,7 @@
 //! The dependency index (SPEC.md §Dependencies): which task waits for which, and whether each
-//! blocker still holds its dependent back, kept in step with every row the ledger writes, so a
-//! take drops a blocked task by one indexed lookup. Every edge is checked in the write that
+//! blocker still holds its dependent back, kept in step with every row the ledger writes, with
+//! each open task's count of holding blockers in its open-task index row, so a take drops a
+//! blocked task with no lookup of its own. Every edge is checked in the write that
 //! stores it: the blocker must be a task of the org, not the task itself, and not a task that
 //! already waits, however indirectly, for the dependent.
 
