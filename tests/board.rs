@@ -216,25 +216,8 @@ fn in_chromium_a_tasks_detail_shows_its_attempts_and_each_button_acts_through_th
     let claimed = task_id(&env.record_task(&url, "a should return 2", "HIGH"));
     assert_eq!(env.task_pull(&url, "c1", &[]).code, 0);
     let open = task_id(&env.record_task(&url, "tidy b", "LOW"));
-    let out = env.run(&[
-        "finding",
-        "record",
-        "--origin",
-        &url,
-        "--file",
-        "a.py",
-        "--summary",
-        "use tidy b",
-        "--severity",
-        "HIGH",
-        "--category",
-        "task",
-        "--blocked-by",
-        &open,
-        "--json",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let blocked = task_id(&serde_json::from_str(&out.stdout).unwrap());
+    let waits = format!("blocked-by: {open}");
+    let blocked = task_id(&env.record_task_with(&url, "a.py", "use tidy b", "HIGH", &waits));
     let (_, b) = board_data(&ledger, &key);
     for (task, group) in [
         (&parked, "parked"),
