@@ -27,6 +27,7 @@ mod layers;
 mod ledger;
 mod loopback;
 mod mcp;
+mod modules;
 mod net;
 mod newcomer;
 mod output;
