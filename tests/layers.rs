@@ -167,3 +167,33 @@ fn a_forbidden_edge_deep_below_a_crate_is_named_with_its_path() {
         "{bad:#?}"
     );
 }
+
+/// One path per item: the cell crate's ledger modules speak the wire vocabulary but do not
+/// re-export it whole, so a type has one home to import it from.
+#[test]
+fn the_cell_crate_re_exports_no_wire_module_whole() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/cell/src");
+    let mut found = Vec::new();
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    let l = line.trim();
+                    if l.starts_with("pub use metabob_wire::") && l.ends_with("::*;") {
+                        found.push(format!("{}:{}: {l}", path.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "glob re-exports of wire modules:\n{}",
+        found.join("\n")
+    );
+}

@@ -7,10 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use metabob_cell::ledger::verdict::{self, NewVerdict, VerdictKind, VerdictOrigin};
+use metabob_cell::ledger::verdict::{self};
 use metabob_wire::env::Env;
 use metabob_wire::finding::Finding;
 use metabob_wire::repo_identity::identity_of_origin;
+use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 use serde_json::json;
 
 use super::{Bench, Ledgers, Opts, Res, ms, quantile_ms, sim};

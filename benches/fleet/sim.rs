@@ -9,15 +9,17 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use metabob_cell::ledger::claims::{ClaimAction, ClaimOutcome, claim_finding};
+use metabob_cell::ledger::claims::claim_finding;
 use metabob_cell::ledger::related;
-use metabob_cell::ledger::verdict::{self, NewVerdict, VerdictKind, VerdictOrigin};
+use metabob_cell::ledger::verdict::{self};
 use metabob_cell::task_pull::{CandidateOutcome, ClaimPath, Claimer, PullStatus, classify};
 use metabob_net::attachment::Attachment;
+use metabob_wire::claims::{ClaimAction, ClaimOutcome};
 use metabob_wire::env::Env;
 use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
 use metabob_wire::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
 use metabob_wire::util::now_ms;
+use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 
 use super::{Home, Res};
 

@@ -1,8 +1,9 @@
 //! Repository identity (crates/wire/src/repo_identity.rs): remote URLs normalised, a
 //! checkout's identity, and the aliases that map findings between a super-repo and its vessels.
 
-use metabob_cell::ledger::repo_identity::{
-    Aliases, VesselDir, identity_of_origin, normalize_remote_url, repo_identity, vessel_aliases,
+use metabob_cell::ledger::repo_identity::repo_identity;
+use metabob_wire::repo_identity::{
+    Aliases, VesselDir, identity_of_origin, normalize_remote_url, vessel_aliases,
 };
 
 use crate::support::TestEnv;

@@ -16,12 +16,13 @@ use super::CellError;
 use super::fix_location::{History, check_fix_commit};
 use super::task_file::TaskFile;
 use crate::ledger::recall::{self, LedgerView, Recalled};
-use crate::ledger::verdict::{self, NewVerdict, Pending, Standing, VerdictKind, VerdictOrigin};
+use crate::ledger::verdict::{self};
 use metabob_git::{GitError, Repo};
 use metabob_net::attachment::{Attachment, vessel_id};
 use metabob_wire::env::Env;
 use metabob_wire::finding::Finding;
 use metabob_wire::trailers::{FIXES_FINDING, fixes_finding_ids, trailer_line_values};
+use metabob_wire::verdict::{NewVerdict, Pending, Standing, VerdictKind, VerdictOrigin};
 
 /// A commits file is one id a line (41 bytes for sha-1): this holds about 400,000 commits, far
 /// past any push, and stops an endless input such as `/dev/zero`.

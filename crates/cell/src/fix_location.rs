@@ -1,11 +1,11 @@
 //! Where a fix lives, as verdict lines (SPEC.md §Fix location). One owner for the rules an
 //! endorse applies to a named fix commit; `finding close` checks every commit it closes with it.
 
-use crate::ledger::claims::CLAIM_SKEW_MS;
-use crate::ledger::verdict::{Pending, VerdictKind};
 use metabob_git::status::PathState;
 use metabob_git::{GitError, Repo};
+use metabob_wire::claims::CLAIM_SKEW_MS;
 use metabob_wire::finding::Finding;
+use metabob_wire::verdict::{Pending, VerdictKind};
 
 /// A fix commit's checks passed; `lines` go on the verdict.
 #[derive(Clone, Debug, PartialEq, Eq)]

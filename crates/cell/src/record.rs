@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::CellError;
-use crate::ledger::record::FindingDraft;
 use crate::ledger::record::{Duplicate, open_duplicate};
 use crate::ledger::repo_identity::repo_identity;
-use crate::ledger::repo_identity::{identity_of_origin, vessel_aliases};
 use metabob_net::attachment::vessel_id;
 use metabob_wire::env::Env;
+use metabob_wire::record::FindingDraft;
+use metabob_wire::repo_identity::{identity_of_origin, vessel_aliases};
 
 #[derive(Clone, Debug)]
 pub struct RecordOptions {

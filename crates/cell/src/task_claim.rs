@@ -7,16 +7,19 @@ use std::path::Path;
 
 use super::CellError;
 use super::task_file::TaskFile;
-use crate::ledger::claims::{self, ClaimAction, ClaimOutcome};
-use crate::ledger::parking::{self, Parked, Reopen};
+use crate::ledger::claims::{self};
+use crate::ledger::parking::{self};
 use crate::ledger::recall::{fetch_concept, read_window};
-use crate::ledger::verdict::{self, VerdictKind};
+use crate::ledger::verdict::{self};
 use metabob_net::attachment::{Attachment, vessel_id};
+use metabob_wire::claims::{ClaimAction, ClaimOutcome};
 use metabob_wire::depends::edge_row;
 use metabob_wire::env::Env;
 use metabob_wire::finding::{FINDING_SHAPE, Finding};
+use metabob_wire::parking::{Parked, Reopen};
 use metabob_wire::row::read_rows;
 use metabob_wire::task_action::{TASK_ACTION_SHAPE, TASK_HISTORY_SHAPE, TaskAction};
+use metabob_wire::verdict::VerdictKind;
 
 /// What the entrypoint does with the claim it holds.
 #[derive(Clone, Debug)]

@@ -10,18 +10,22 @@ use serde_json::Value;
 use super::CellError;
 use super::policy::{CONVENTION_SHAPE, Convention};
 use super::task_file::TaskFile;
-use crate::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
+use crate::ledger::claims;
 use crate::ledger::recall::{self, LedgerView, Recalled};
 use crate::ledger::related;
-use crate::ledger::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
-use crate::ledger::verdict::{Standing, failed_by};
 use metabob_net::attachment::{Attachment, ResolveError, vessel_id};
+use metabob_wire::claims::{
+    ClaimAction, ClaimOutcome, ClaimWord, Held, MAX_TAKE_CANDIDATES, Passed, TakeAsk, lapses_at,
+    rendezvous,
+};
 use metabob_wire::env::Env;
 use metabob_wire::finding::Finding;
 use metabob_wire::header::Header;
+use metabob_wire::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
 use metabob_wire::repo_path::{NotRepoPath, partition_repo_paths};
 use metabob_wire::row::{BadRow, RowMeta, read_rows};
 use metabob_wire::util::{now_ms, rfc3339_ms};
+use metabob_wire::verdict::{Standing, failed_by};
 
 mod setup;
 use setup::{Pull, SetUp};
@@ -218,7 +222,7 @@ pub fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> 
     c.free.sort_by_cached_key(|r| {
         (
             r.finding.severity,
-            std::cmp::Reverse(claims::rendezvous(me, r.finding.id())),
+            std::cmp::Reverse(rendezvous(me, r.finding.id())),
         )
     });
     c
@@ -431,11 +435,11 @@ impl<'a> Claimer<'a> {
     async fn by_take(&mut self) -> Result<Option<(Recalled, Held)>, CellError> {
         while !self.exhausted {
             let left = self.order.len() - self.tried;
-            let n = left.min(claims::MAX_TAKE_CANDIDATES);
+            let n = left.min(MAX_TAKE_CANDIDATES);
             let last = n == left;
             let ask: Vec<&'a Recalled> = self.order[self.tried..self.tried + n].to_vec();
             let findings: Vec<&Finding> = ask.iter().map(|r| &r.finding).collect();
-            let request = claims::TakeAsk {
+            let request = TakeAsk {
                 candidates: &findings,
                 repository: last.then_some(self.repository),
                 skip: &self.handed,
@@ -451,13 +455,11 @@ impl<'a> Claimer<'a> {
             for (id, why) in &take.passed {
                 if let Some(i) = by_id(id) {
                     let (outcome, held) = match why {
-                        claims::Passed::Held(h) => {
-                            (CandidateOutcome::Claim(ClaimWord::Held), Some(h))
-                        }
-                        claims::Passed::Closed | claims::Passed::Busy => {
+                        Passed::Held(h) => (CandidateOutcome::Claim(ClaimWord::Held), Some(h)),
+                        Passed::Closed | Passed::Busy => {
                             (CandidateOutcome::Claim(ClaimWord::Closed), None)
                         }
-                        claims::Passed::FailedHere => (CandidateOutcome::FailedHere, None),
+                        Passed::FailedHere => (CandidateOutcome::FailedHere, None),
                     };
                     self.note(&ask[i].finding, outcome, held);
                 }
@@ -558,7 +560,7 @@ impl<'a> Claimer<'a> {
         held: Option<&Held>,
     ) {
         if outcome.may_come_free() {
-            let at = held.map_or(now_ms() + UNSETTLED_RETRY_MS, claims::lapses_at);
+            let at = held.map_or(now_ms() + UNSETTLED_RETRY_MS, lapses_at);
             self.retry_at = Some(self.retry_at.map_or(at, |t| t.min(at)));
         }
         self.candidates.push(Candidate {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::log::Log;
-use crate::ledger::claims::ClaimOutcome;
 use crate::task_claim::{GiveBack as Claim, renew_or_release};
+use metabob_wire::claims::ClaimOutcome;
 use metabob_wire::env::Env;
 
 /// Why a renewal's answer means the claim is gone.

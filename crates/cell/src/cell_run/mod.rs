@@ -19,7 +19,6 @@ use tokio::sync::watch;
 
 use crate::CellError;
 use crate::finding_close::{self, CloseOptions, Commits, Outcome};
-use crate::ledger::claims::ClaimOutcome;
 use crate::task_claim::{GiveBack as Claim, renew_or_release};
 use crate::task_file::TaskFile;
 use crate::task_pull::{self, PullOptions, PullStatus};
@@ -31,6 +30,7 @@ use machine::{
     Action, Backoff, CloseEnd, Event, FenceEnd, GiveBack, HarnessEnd, IntegrateEnd, Limits,
     Machine, PullEnd, PushEnd, Then, fail_max_line,
 };
+use metabob_wire::claims::ClaimOutcome;
 use metabob_wire::env::Env;
 use metabob_wire::util::random_u16;
 

@@ -11,14 +11,14 @@ use serde::Serialize;
 use super::{JudgeAndWrite, Outcome, PendingWrites, TargetHistory};
 use crate::CellError;
 use crate::ledger::recall::{self, LedgerView, Recalled};
-use crate::ledger::repo_identity::{identity_of_origin, normalize_remote_url, vessel_aliases};
-use crate::ledger::verdict::Standing;
 use metabob_git::{GitError, Repo};
 use metabob_net::NetClient;
 use metabob_net::attachment::vessel_id;
 use metabob_wire::env::Env;
 use metabob_wire::guard::redact_url_credentials;
+use metabob_wire::repo_identity::{identity_of_origin, normalize_remote_url, vessel_aliases};
 use metabob_wire::util::one_line;
+use metabob_wire::verdict::Standing;
 
 /// A target named by a ledger row is shown at most this long.
 const SHOWN_TARGET_CHARS: usize = 100;

@@ -1,8 +1,10 @@
-//! The client's half of `claims`: what it does over the attachment. It re-exports the wire
-//! vocabulary it speaks, so a caller imports one module.
+//! The client's half of `claims`: what it does over the attachment. The vocabulary it speaks is
+//! `metabob_wire::claims`'s, which callers import from there: one path per item.
 
-pub use metabob_wire::claims::*;
-
+use metabob_wire::claims::{
+    ClaimAction, ClaimOutcome, Held, MAX_CLAIM_MINUTES, MAX_TAKE_CANDIDATES, Passed, TAKE_SHAPE,
+    Take, TakeAsk, Taken, Waiting, claim_row, holder,
+};
 use metabob_wire::finding::Finding;
 use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 

@@ -1,12 +1,14 @@
-//! The client's half of `parking`: what it does over the attachment. It re-exports the wire
-//! vocabulary it speaks, so a caller imports one module.
-
-pub use metabob_wire::parking::*;
+//! The client's half of `parking`: what it does over the attachment. The vocabulary it speaks
+//! is `metabob_wire::parking`'s.
 
 use super::recall::verdicts_of;
-use super::verdict::{self, NewVerdict, Standing, VerdictKind, VerdictOrigin, standing};
+use super::verdict;
 use metabob_net::attachment::{Attachment, ResolveError};
 use metabob_wire::finding::Finding;
+use metabob_wire::parking::{Parked, Reopen};
+use metabob_wire::verdict::{
+    MAX_TRIED_BY, NewVerdict, Standing, VerdictKind, VerdictOrigin, failed_by, standing,
+};
 
 /// Parks `finding` at once, for a cause the task itself carries (anchor: park_task).
 pub async fn park(
@@ -47,7 +49,7 @@ pub async fn park_after_failures(
     if !matches!(standing(&rows), Standing::Open) {
         return Ok(None);
     }
-    let cells = verdict::failed_by(&rows);
+    let cells = failed_by(&rows);
     if cells.len() < park_after.max(1) {
         return Ok(None);
     }
@@ -56,11 +58,7 @@ pub async fn park_after_failures(
             1 => format!("one cell failed it: {reason}"),
             n => format!("{n} cells failed it; the last: {reason}"),
         },
-        tried_by: cells
-            .into_iter()
-            .rev()
-            .take(verdict::MAX_TRIED_BY)
-            .collect(),
+        tried_by: cells.into_iter().rev().take(MAX_TRIED_BY).collect(),
     };
     park(att, finding, me, session, &parked).await?;
     Ok(Some(parked))

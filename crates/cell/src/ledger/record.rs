@@ -1,8 +1,7 @@
-//! The client's half of `record`: what it does over the attachment. It re-exports the wire
-//! vocabulary it speaks, so a caller imports one module.
+//! The client's half of `record`: what it does over the attachment. The vocabulary it speaks is
+//! `metabob_wire::record`'s, which callers import from there: one path per item.
 
-pub use metabob_wire::record::*;
-
+use metabob_wire::record::same_summary;
 use serde::Serialize;
 
 use super::recall::{self, LedgerView, Recalled};

@@ -1,6 +1,7 @@
 //! The open findings on a task's files, for context.md (SPEC.md §Related findings): on a ledger
 //! that answers `findingsOnFiles`, one bounded read; otherwise the recall window, filtered.
 
+use metabob_wire::related::{MAX_RELATED, MAX_RELATED_FILES, RELATED_SHAPE};
 use serde_json::{Value, json};
 
 use super::recall::{self, LedgerView, Recalled};
@@ -9,8 +10,6 @@ use metabob_wire::finding::Finding;
 use metabob_wire::repo_identity::Aliases;
 use metabob_wire::row::read_rows;
 use metabob_wire::verdict::Standing;
-
-pub use metabob_wire::related::*;
 
 /// The open findings that are no task and share a file with the task, newest first.
 #[derive(Clone, Debug, Default)]

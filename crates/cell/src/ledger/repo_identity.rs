@@ -1,7 +1,7 @@
-//! The client's half of `repo_identity`: what it does over the attachment. It re-exports the wire
-//! vocabulary it speaks, so a caller imports one module.
+//! The client's half of `repo_identity`: what it does over the attachment. The vocabulary it speaks is
+//! `metabob_wire::repo_identity`'s, which callers import from there: one path per item.
 
-pub use metabob_wire::repo_identity::*;
+use metabob_wire::repo_identity::{Aliases, VesselDir, normalize_remote_url};
 use std::path::{Path, PathBuf};
 
 use metabob_git::Repo;

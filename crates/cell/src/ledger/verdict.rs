@@ -1,7 +1,7 @@
-//! The client's half of `verdict`: what it does over the attachment. It re-exports the wire
-//! vocabulary it speaks, so a caller imports one module.
+//! The client's half of `verdict`: what it does over the attachment. The vocabulary it speaks is
+//! `metabob_wire::verdict`'s, which callers import from there: one path per item.
 
-pub use metabob_wire::verdict::*;
+use metabob_wire::verdict::{NewVerdict, link_pointer};
 use serde_json::json;
 
 use metabob_net::attachment::{Attachment, ResolveError};

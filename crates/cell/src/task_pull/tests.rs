@@ -1,6 +1,6 @@
 use super::*;
-use crate::ledger::verdict::{Pending, Verdict, VerdictKind};
 use metabob_wire::finding::{FindingStatus, Severity};
+use metabob_wire::verdict::{Pending, Verdict, VerdictKind};
 
 fn task(id: &str, seq: i64, severity: Severity, category: &str) -> Recalled {
     let finding = Finding {
@@ -85,7 +85,7 @@ fn open_tasks_are_sorted_mine_first_then_free_by_severity_and_rendezvous_and_hel
     assert_eq!(ids(&c.mine), ["agf_mine"]);
     // Within a severity, this cell's own order; across severities, the most severe first.
     let mut high = ["agf_high_old", "agf_high_new"];
-    high.sort_by_key(|id| std::cmp::Reverse(claims::rendezvous("me", id)));
+    high.sort_by_key(|id| std::cmp::Reverse(metabob_wire::claims::rendezvous("me", id)));
     let expected = [high[0], high[1], "agf_low_old"];
     assert_eq!(ids(&c.free), expected);
     let held: Vec<(&str, &str)> = c
@@ -99,7 +99,7 @@ fn open_tasks_are_sorted_mine_first_then_free_by_severity_and_rendezvous_and_hel
     assert_eq!(order, ["agf_mine", expected[0], expected[1], expected[2]]);
 
     // Once their claim lapses (skew allowance included), the task is free again.
-    let lapse = claims::lapses_at(&c.held[0].1);
+    let lapse = metabob_wire::claims::lapses_at(&c.held[0].1);
     assert!(!classify(&view, "me", lapse - 1).held.is_empty());
     let later = classify(&view, "me", lapse);
     assert!(later.held.is_empty());

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use metabob_cell::ledger::repo_identity::{last_segment, normalize_remote_url};
 use metabob_git::Repo;
+use metabob_wire::repo_identity::{last_segment, normalize_remote_url};
 
 /// How this checkout relates to the gap store's names (anchor: path_mapper).
 #[derive(Clone, Debug, PartialEq, Eq)]

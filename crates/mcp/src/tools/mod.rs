@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 use super::calllog::{Entry, Via};
 use super::ctx::{Ctx, Here};
 use super::schema::{schema_of, validate};
-use metabob_cell::ledger::claims::ClaimWord;
 use metabob_net::attachment::{Attachment, GateRefusal, ResolveError};
+use metabob_wire::claims::ClaimWord;
 use metabob_wire::guard::describe_args_for_log;
 
 /// How a call ended, for the call log.

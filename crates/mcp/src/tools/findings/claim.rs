@@ -3,7 +3,10 @@
 use super::{ClaimArg, ClaimArgs, resolve_named};
 use crate::ctx::{Ctx, Here};
 use crate::tools::{CallResult, Reply, not_attached};
-use metabob_cell::ledger::claims::{self, ClaimAction, ClaimOutcome, ClaimWord, Held};
+use metabob_cell::ledger::claims;
+use metabob_wire::claims::{
+    ClaimAction, ClaimOutcome, ClaimWord, DEFAULT_CLAIM_MINUTES, Held, lapses_at,
+};
 use metabob_wire::depends::blocked_line;
 use metabob_wire::util::rfc3339_ms;
 
@@ -57,7 +60,7 @@ pub async fn claim_finding(ctx: &Ctx, here: &Here<'_>, a: ClaimArgs) -> Reply {
                 .with_result(refused);
         }
     }
-    let minutes = a.minutes.unwrap_or(claims::DEFAULT_CLAIM_MINUTES);
+    let minutes = a.minutes.unwrap_or(DEFAULT_CLAIM_MINUTES);
     let session_id = s.att.claim().session.clone();
     let claimed = claims::claim_finding(&s.att, &finding, &me, &session_id, minutes, action, None);
     let outcome = match claimed.await {
@@ -72,7 +75,7 @@ pub async fn claim_finding(ctx: &Ctx, here: &Here<'_>, a: ClaimArgs) -> Reply {
 }
 
 fn claim_text(outcome: &ClaimOutcome, id: &str) -> String {
-    let until = |h: &Held| rfc3339_ms(claims::lapses_at(h));
+    let until = |h: &Held| rfc3339_ms(lapses_at(h));
     match outcome {
         ClaimOutcome::Claimed { held } => format!(
             "Claimed {id} until {}: it is yours; renew while working, release if you stop without a fix.",

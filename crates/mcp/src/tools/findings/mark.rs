@@ -9,11 +9,11 @@ use crate::ctx::{Ctx, Here, Session};
 use crate::store::{Retire, Seed};
 use crate::tools::{CallResult, Reply};
 use metabob_cell::fix_location::{FixRefused, Located, locate_fix};
-use metabob_cell::ledger::claims;
-use metabob_cell::ledger::verdict::{self, NewVerdict, VerdictKind, VerdictOrigin};
+use metabob_cell::ledger::verdict;
 use metabob_git::Repo;
 use metabob_wire::finding::Finding;
 use metabob_wire::util::rfc3339_ms;
+use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 
 pub async fn mark_complete(ctx: &Ctx, here: &Here<'_>, a: MarkArgs) -> Reply {
     let (s, ws) = (here.session, here.ws());
@@ -151,7 +151,7 @@ fn claim_note(named: &Named, finding: &Finding, me: Option<&str>, closes: bool) 
         format!(
             "claim: claimed by {} until {}; this closes it anyway, which ends their claim.\n",
             h.holder,
-            rfc3339_ms(claims::lapses_at(&h))
+            rfc3339_ms(metabob_wire::claims::lapses_at(&h))
         )
     } else {
         format!(

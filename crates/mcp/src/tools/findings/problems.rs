@@ -8,14 +8,14 @@ use crate::ctx::{Ctx, Here, Session};
 use crate::store::{Retire, Seed};
 use crate::tools::Reply;
 use crate::tools::local::shared::{NO_SERVER_ANALYSIS, by_group, local_seeds, relative, seed_line};
-use metabob_cell::ledger::claims::{self, Held};
 use metabob_cell::ledger::recall::{LedgerView, Recalled};
-use metabob_cell::ledger::verdict::{self, Pending, Standing, VerdictKind};
 use metabob_git::Repo;
 use metabob_net::attachment::Attachment;
+use metabob_wire::claims::{Held, lapses_at};
 use metabob_wire::depends::blocked_line;
 use metabob_wire::finding::{Finding, Severity};
 use metabob_wire::util::rfc3339_ms;
+use metabob_wire::verdict::{Pending, Standing, Verdict, VerdictKind};
 
 /// Retires this machine's seeds of every finding the recall shows closed (anchor:
 /// retire_closed_seeds): a fix leaves them stale, a retraction deletes them.
@@ -58,7 +58,7 @@ fn overlaps(seed_groups: &[&Seed], all: &[Seed], r: &Recalled) -> bool {
 fn tags(view: &LedgerView, f: &Finding, me: Option<&str>) -> String {
     let mut out = String::new();
     if let Some(h) = view.holder(f, metabob_wire::util::now_ms()) {
-        let until = rfc3339_ms(claims::lapses_at(&h));
+        let until = rfc3339_ms(lapses_at(&h));
         if Some(h.holder.as_str()) == me {
             let _ = write!(out, " [claimed by this checkout until {until}]");
         } else {
@@ -120,7 +120,7 @@ fn recalled_line(r: &Recalled, tag: &str) -> String {
     )
 }
 
-fn closed_line(repo: Option<&Repo>, r: &Recalled, v: &verdict::Verdict) -> String {
+fn closed_line(repo: Option<&Repo>, r: &Recalled, v: &Verdict) -> String {
     let mark = match (&v.kind, &v.fix_commit) {
         (VerdictKind::Discarded, _) => "[RETRACTED]".to_string(),
         (VerdictKind::Cancelled, _) => "[CANCELLED]".to_string(),
@@ -207,8 +207,8 @@ struct Listing<'a> {
     local_tasks: Vec<&'a Seed>,
     open: Vec<&'a Recalled>,
     open_tasks: Vec<&'a Recalled>,
-    closed: Vec<(&'a Recalled, verdict::Verdict)>,
-    closed_tasks: Vec<(&'a Recalled, verdict::Verdict)>,
+    closed: Vec<(&'a Recalled, Verdict)>,
+    closed_tasks: Vec<(&'a Recalled, Verdict)>,
     /// Local findings the ledger shows open too.
     both: usize,
     /// Open tasks from both halves, each counted once.

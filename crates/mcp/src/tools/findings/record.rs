@@ -10,9 +10,9 @@ use crate::store::NewSeeds;
 use crate::tools::local::shared::relative;
 use crate::tools::{CallResult, Reply};
 use metabob_cell::ledger::record::open_duplicate;
-use metabob_cell::ledger::record::{FindingDraft, same_summary};
 use metabob_cell::ledger::repo_identity::repo_identity;
 use metabob_wire::finding::{FindingStatus, NewFinding};
+use metabob_wire::record::{FindingDraft, same_summary};
 
 pub async fn record_finding(ctx: &Ctx, here: &Here<'_>, a: RecordArgs) -> Reply {
     let (s, ws) = (here.session, here.ws());
