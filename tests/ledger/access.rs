@@ -575,7 +575,9 @@ fn a_store_from_before_key_expiry_gains_it_on_open() {
     let (old_id, old_key) = l.create_key(&env, "default", "read");
     let _ = l.child.kill();
     let _ = l.child.wait();
-    let back = "ALTER TABLE api_keys DROP COLUMN expires_at";
+    // Back to version 5: without version 6's column and version 7's dependency index.
+    let back = "ALTER TABLE api_keys DROP COLUMN expires_at; DROP TABLE task_edges; \
+                DROP INDEX open_tasks_by_task; ALTER TABLE open_tasks DROP COLUMN blocked";
     match &l.store {
         Some(url) => {
             crate::support::pg::sql(url, back);
