@@ -53,6 +53,7 @@ fn main() -> ExitCode {
     // A panic is a bug, never an answer: the hook has printed where it happened, and the exit
     // is the ordinary failure code, not the 101 no caller expects.
     let env = Env::from_process();
+    let verbose = cli.verbose;
     let run = std::panic::AssertUnwindSafe(|| run_command(&runtime, cli, env));
     let result = match std::panic::catch_unwind(run) {
         Ok(r) => r,
@@ -70,6 +71,13 @@ fn main() -> ExitCode {
     match result {
         Err(err) => {
             metabob_wire::errln!("error: {err}");
+            let chain = err.chain();
+            if verbose && !chain.is_empty() {
+                metabob_wire::errln!("caused by:");
+                for (n, cause) in chain.iter().enumerate() {
+                    metabob_wire::errln!("  {}: {cause}", n + 1);
+                }
+            }
             err.exit.into()
         }
         // The output was cut short by something other than a reader that left early.

@@ -19,8 +19,6 @@ pub struct AttachArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 pub async fn run(args: AttachArgs, env: Env) -> CliResult {

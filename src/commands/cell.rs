@@ -19,14 +19,6 @@ pub struct CellArgs {
     pub command: CellCommand,
 }
 
-impl CellArgs {
-    pub(super) fn connect(&mut self) -> &mut super::Connect {
-        match &mut self.command {
-            CellCommand::Run(a) => &mut a.connect,
-        }
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum CellCommand {
     /// Run the loop: exit 0 once nothing is left (ON_EMPTY=exit), 1 when the cell fails
@@ -106,8 +98,6 @@ pub struct RunArgs {
     /// [METABOB_LOG_FORMAT] `human` (default) or `json`: one JSON line per step.
     #[arg(long, value_name = "human|json")]
     pub log_format: Option<String>,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 impl RunArgs {

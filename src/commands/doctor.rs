@@ -20,8 +20,6 @@ pub struct DoctorArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 pub async fn run(args: DoctorArgs, env: Env) -> CliResult {

@@ -23,15 +23,6 @@ pub struct FindingArgs {
     pub command: FindingCommand,
 }
 
-impl FindingArgs {
-    pub(super) fn connect(&mut self) -> &mut super::Connect {
-        match &mut self.command {
-            FindingCommand::Close(a) => &mut a.connect,
-            FindingCommand::Record(a) => &mut a.connect,
-        }
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum FindingCommand {
     /// Close the findings the commits name in `Fixes-Finding:` trailers, once merged into the
@@ -78,8 +69,6 @@ pub struct CloseArgs {
     /// Print the reply as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
@@ -129,8 +118,6 @@ pub struct RecordArgs {
     /// Print the reply as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 pub async fn run(args: FindingArgs, env: Env) -> CliResult {

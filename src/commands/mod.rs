@@ -19,10 +19,13 @@ use metabob_wire::env::Env;
 #[derive(Debug, Parser)]
 #[command(name = "metabob-mcp", version, about, propagate_version = true, after_help = EXAMPLES)]
 pub struct Cli {
-    /// Before the command, these act on every command that talks to the ledger (and on the bare
-    /// `metabob-mcp`, which is `serve`); after it, on that command alone.
+    /// Declared once for every command: those that talk to the ledger take them before or after
+    /// their name; the others refuse them by name (`Command::ledger_free`).
     #[command(flatten)]
     pub connect: Connect,
+    /// On a failure, print each cause under the error line, outermost first.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
     /// Without a command, `serve`: so an MCP client entry `{ "command": "metabob-mcp" }` works.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -43,34 +46,26 @@ Examples:
   metabob-mcp --ledger http://ledger.lan:18100 --api-key mb_live_… task list
   metabob-mcp                                      # the agent's MCP server on stdio";
 
-/// How a command reaches the ledger. Only the commands that talk to it take these: `ledger …`
-/// reads its store directly and `tool list` asks nothing.
+/// How a command reaches the ledger: global flags, so they may stand before or after the command.
+/// Only the commands that talk to a ledger act on them: `ledger …` reads its store directly and
+/// `tool list` asks nothing, so those refuse them.
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Reaching the ledger")]
 pub struct Connect {
     /// The API key; wins over METABOB_API_KEY and the config file.
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", global = true)]
     pub api_key: Option<String>,
     /// The ledger's address, exactly as `ledger serve` prints it (http://127.0.0.1:18100); wins
     /// over METABOB_LEDGER, then DISCOVERY_ENDPOINT and the config file.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", global = true)]
     pub ledger: Option<String>,
     /// A substrate's API endpoint; wins over METABOB_ENDPOINT. Only its legacy local port 18080
     /// implies a ledger (18100): to name a ledger, use --ledger.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", global = true)]
     pub endpoint: Option<String>,
 }
 
 impl Connect {
-    /// The flags given after the command win over those given before it.
-    fn or(self, before: Connect) -> Connect {
-        Connect {
-            api_key: self.api_key.or(before.api_key),
-            ledger: self.ledger.or(before.ledger),
-            endpoint: self.endpoint.or(before.endpoint),
-        }
-    }
-
     fn given(&self) -> Option<&'static str> {
         [
             (self.api_key.is_some(), "--api-key"),
@@ -120,39 +115,32 @@ pub enum Command {
 }
 
 impl Command {
-    /// The ledger flags given after the command, or, for a command that never talks to the
-    /// ledger, what it is and why.
-    fn connect(&mut self) -> Result<&mut Connect, &'static str> {
+    /// For a command that never talks to a ledger, what it is and why; `None` for the others.
+    fn ledger_free(&self) -> Option<&'static str> {
         match self {
-            Command::Attach(a) => Ok(&mut a.connect),
-            Command::Cell(a) => Ok(a.connect()),
-            Command::Doctor(a) => Ok(&mut a.connect),
-            Command::Finding(a) => Ok(a.connect()),
-            Command::Serve(a) => Ok(&mut a.connect),
-            Command::Task(a) => Ok(a.connect()),
-            Command::Tool(a) => a
-                .connect()
-                .ok_or("`tool list`, which asks nothing of a ledger"),
-            Command::Ledger(_) => Err("`ledger …`, which works on its store (--data or --store)"),
+            Command::Ledger(_) => Some("`ledger …`, which works on its store (--data or --store)"),
+            Command::Tool(tool::ToolArgs {
+                command: tool::ToolCommand::List { .. },
+            }) => Some("`tool list`, which asks nothing of a ledger"),
+            _ => None,
         }
     }
 }
 
 pub async fn run(cli: Cli, mut env: Env) -> CliResult {
-    let mut command = cli
+    let command = cli
         .command
         .unwrap_or(Command::Serve(serve::ServeArgs::default()));
-    match command.connect() {
-        Ok(after) => std::mem::take(after).or(cli.connect).apply(&mut env),
+    match (command.ledger_free(), cli.connect.given()) {
         // Taken silently, a key or address meant for a ledger would hide the user's mistake.
-        Err(name) => {
-            if let Some(flag) = cli.connect.given() {
-                return Err(crate::error::CliError::failure(format!(
-                    "{flag} does not act on {name}"
-                ))
-                .hint("drop it"));
-            }
+        (Some(name), Some(flag)) => {
+            return Err(
+                crate::error::CliError::failure(format!("{flag} does not act on {name}"))
+                    .hint("drop it"),
+            );
         }
+        (Some(_), None) => {}
+        (None, _) => cli.connect.apply(&mut env),
     }
     match command {
         Command::Serve(args) => serve::run(args, env).await,

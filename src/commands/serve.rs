@@ -36,8 +36,6 @@ pub struct ServeArgs {
     /// Do not start the loopback resolver.
     #[arg(long)]
     pub no_resolver: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 // anchor: run

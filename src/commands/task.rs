@@ -33,22 +33,6 @@ pub struct TaskArgs {
     pub command: TaskCommand,
 }
 
-impl TaskArgs {
-    pub(super) fn connect(&mut self) -> &mut super::Connect {
-        match &mut self.command {
-            TaskCommand::Pull(a) => &mut a.connect,
-            TaskCommand::Renew(a) => &mut a.claim.connect,
-            TaskCommand::Release(a) => &mut a.claim.connect,
-            TaskCommand::Reopen(a) => &mut a.target.connect,
-            TaskCommand::List(a) => &mut a.connect,
-            TaskCommand::Show(a) => &mut a.target.connect,
-            TaskCommand::Cancel(a) => &mut a.target.connect,
-            TaskCommand::Block(a) => &mut a.target.connect,
-            TaskCommand::Unblock(a) => &mut a.target.connect,
-        }
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Claim an open task of the origin's repository, clone the origin at its ref into the work
@@ -125,8 +109,6 @@ pub struct TaskTarget {
     /// Print the ledger's answer as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
@@ -169,8 +151,6 @@ pub struct ListArgs {
     /// Print the board as the ledger answered it, as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
@@ -199,8 +179,6 @@ pub struct PullArgs {
     /// Print the reply as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]
@@ -211,8 +189,6 @@ pub struct ClaimArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connect: super::Connect,
 }
 
 #[derive(Debug, Args)]

@@ -18,16 +18,6 @@ pub struct ToolArgs {
     pub command: ToolCommand,
 }
 
-impl ToolArgs {
-    /// Only `call` reaches the ledger (through the tool it runs).
-    pub(super) fn connect(&mut self) -> Option<&mut super::Connect> {
-        match &mut self.command {
-            ToolCommand::List { .. } => None,
-            ToolCommand::Call { connect, .. } => Some(connect),
-        }
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum ToolCommand {
     /// List the tools with their descriptions (--json: with input schemas, as tools/list).
@@ -55,8 +45,6 @@ Examples:
         /// Print the MCP result object ({content, isError}) instead of the text.
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        connect: super::Connect,
     },
 }
 
@@ -72,9 +60,7 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
             }
             Ok(Exit::Ok)
         }
-        ToolCommand::Call {
-            name, args, json, ..
-        } => {
+        ToolCommand::Call { name, args, json } => {
             let value: serde_json::Value = serde_json::from_str(&args).map_err(|e| {
                 CliError::failure(format!("--args is not JSON ({e})"))
                     .hint("pass an object such as '{\"query\": \"parse\"}'")

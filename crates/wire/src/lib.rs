@@ -28,6 +28,7 @@ pub mod refname;
 pub mod related;
 pub mod repo_identity;
 pub mod repo_path;
+pub mod report;
 pub mod row;
 pub mod shapes;
 pub mod stored;

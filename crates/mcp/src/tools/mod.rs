@@ -103,6 +103,11 @@ impl Reply {
             result: None,
         }
     }
+    /// A library error as a tool's answer: `tool: <cause>; <hint>`, joined as the CLI joins them
+    /// (`report::with_hint`), so a hint is written once, by the error's type.
+    pub fn failed<E: metabob_wire::report::Hint + 'static>(tool: &str, e: &E) -> Reply {
+        Reply::error(format!("{tool}: {}", metabob_wire::report::with_hint(e)))
+    }
     pub fn with_result(mut self, result: CallResult) -> Reply {
         self.result = Some(result);
         self
