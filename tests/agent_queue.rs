@@ -107,7 +107,7 @@ async fn a_pulled_task_is_claimed_and_its_answer_reaches_goal_host_once() {
     let args =
         json!({"task_id": "sol-1", "outcome": "answered", "answer": "Yes, after the backup."});
     let submitted = call(&s, &env, "submit_resolution", args.clone()).await;
-    insta::assert_snapshot!("agent_submit_delivered", submitted);
+    insta::assert_snapshot!(submitted, @r"task sol-1 resolved (answered) and its answer recorded; delivered to goal-host (solicitationResponse_write).");
     assert_eq!(count(&p), 1);
     let sent = p.last();
     assert_eq!(sent["solicitationId"], "sol-1");
@@ -131,7 +131,7 @@ async fn a_pulled_task_is_claimed_and_its_answer_reaches_goal_host_once() {
 
     let empty = call(&s, &env, "pull_assigned_work", json!({"limit": 5})).await;
     assert!(empty.contains("advertises no"), "{empty}");
-    insta::assert_snapshot!("agent_pull_empty", empty);
+    insta::assert_snapshot!(empty, @r"No task is queued for this session's vessel (metabob-mcp-agentq). None can arrive from the substrate: this session advertises no shape, so the substrate has no inbound offer to dispatch a task to. Only a local caller of the loopback resolver (a human_input impulse) fills this queue; polling again changes nothing until one does.");
 }
 
 #[tokio::test]
@@ -147,7 +147,7 @@ async fn without_a_producer_the_answer_stays_queued_until_a_later_session_sends_
         let args = json!({"task_id": "sol-2", "outcome": "answered", "answer": "eu-west"});
         let submitted = call(&s, &env, "submit_resolution", args).await;
         assert!(submitted.contains("no_producer"), "{submitted}");
-        insta::assert_snapshot!("agent_submit_no_producer", submitted);
+        insta::assert_snapshot!(submitted, @r"task sol-2 resolved (answered) and its answer recorded; not delivered: no_producer(solicitationResponse_write): discovery found no producer for this shape, or a producer behind a peer refused the request or lacks the item (a peer forward does not say which). It stays queued and is sent again when the next session with this identity starts; nothing retries before then.");
     }
     let kept = queue(&env).answer(VESSEL, "sol-2").unwrap().unwrap();
     assert_eq!(kept.delivery, Delivery::Undelivered);
@@ -192,7 +192,7 @@ async fn goal_hosts_own_404_counts_as_delivered() {
     let s = Session::start(&env, &env.cwd(), Client::default()).await;
     let args = json!({"task_id": "sol-3", "outcome": "declined"});
     let submitted = call(&s, &env, "submit_resolution", args).await;
-    insta::assert_snapshot!("agent_submit_goal_host_404", submitted);
+    insta::assert_snapshot!(submitted, @r"task sol-3 resolved (declined) and its answer recorded; goal-host answered 404: the solicitation had already timed out, so the answer counts as delivered and is not sent again.");
     assert_eq!(count(&p), 1);
     assert_eq!(p.last()["outcome"], "declined");
     let answer = queue(&env).answer(VESSEL, "sol-3").unwrap().unwrap();
@@ -272,7 +272,7 @@ async fn detached_the_answer_is_stored_and_the_reply_names_the_cause() {
     let submitted = call(&s, &env, "submit_resolution", args).await;
     assert!(!submitted.starts_with("[tool error]"), "{submitted}");
     assert!(submitted.contains("not attached"), "{submitted}");
-    insta::assert_snapshot!("agent_submit_detached", submitted);
+    insta::assert_snapshot!(submitted, @r"task sol-5 resolved (answered) and its answer recorded; not delivered: not attached: not_configured: no API key (METABOB_API_KEY, SUBSTRATE_API_KEY or metabob.apiKey); set it in the environment or in a config file, looked up in order: $SUBSTRATE_CONFIG_PATH, $METABOB_CONFIG_PATH, ./.substrate/config.json, ./.metabob/config.json, ~/.substrate/config.json, ~/.metabob/config.json (create [ROOT]/home/.substrate/config.json, or run `metabob-mcp ledger serve` to start a local ledger that writes it). It stays queued and is sent again when the next session with this identity starts; nothing retries before then.");
     let kept = queue(&env).undelivered(VESSEL, i64::MAX, 10).unwrap();
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].answer, "yes");
@@ -299,5 +299,5 @@ async fn the_queue_survives_a_process_restart() {
     other.set("METABOB_SIDECAR", queue_path(&env).display().to_string());
     let out = other.run(&["tool", "call", "pull_assigned_work"]);
     assert!(out.stdout.contains("No task is queued"), "{out:?}");
-    insta::assert_snapshot!("agent_pull_other_identity", normalize(&out.stdout, &other));
+    insta::assert_snapshot!(normalize(&out.stdout, &other), @r"No task is queued for this session's vessel (metabob-mcp-other). None can arrive from the substrate: this session advertises no shape, so the substrate has no inbound offer to dispatch a task to. Only a local caller of the loopback resolver (a human_input impulse) fills this queue; polling again changes nothing until one does.");
 }

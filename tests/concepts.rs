@@ -118,7 +118,7 @@ async fn concepts_are_created_found_linked_and_used() {
             json!({"concept_id": "concept_000000000000000000000000"}),
         )
         .await;
-    insta::assert_snapshot!("search_by_unknown_id", missing);
+    insta::assert_snapshot!(missing, @r"No concept [CONCEPT_3]: concept-db holds none by that id in this key's org.");
 
     let link = json!({"from_concept_id": a, "to_concept_id": format!("concept:{b}"), "edge_type": "related_to", "description": "both are about sending once"});
     let linked = g.ok("concept_link", link.clone()).await;
@@ -145,7 +145,7 @@ async fn concepts_are_created_found_linked_and_used() {
             json!({"concept_id": "concept_000000000000000000000000"}),
         )
         .await;
-    insta::assert_snapshot!("neighbors_of_an_unknown_concept", none);
+    insta::assert_snapshot!(none, @r"No neighbours: concept-db holds no concept [CONCEPT_3] in this key's org.");
 
     let used = g
         .ok(

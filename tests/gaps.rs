@@ -116,7 +116,7 @@ async fn with_no_gap_producer_path_activity_says_go_ahead() {
     );
     let s = Session::start(&env, &checkout, Client::default()).await;
     let text = s.ok("path_activity", json!({"paths": ["a.py"]})).await;
-    insta::assert_snapshot!("path_activity_no_gap_store", normalize(&text, &env));
+    insta::assert_snapshot!(normalize(&text, &env), @r"path_activity: this substrate serves no gap store (no_producer(substrateGap)), so nothing is in flight to check: go ahead with the change, and record what you change (record_finding for what you leave, mark_complete for what you fix).");
 }
 
 #[tokio::test]

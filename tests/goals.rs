@@ -220,7 +220,7 @@ async fn run_goal_async_sends_one_dispatch_and_names_what_to_call_next() {
     let (text, err) = s.call("run_goal_async", json!({"goal": "anything"})).await;
     assert!(err);
     assert_eq!(text.lines().count(), 1, "{text}");
-    insta::assert_snapshot!("run_goal_async_429", normalize(&text, &f.env));
+    insta::assert_snapshot!(normalize(&text, &f.env), @r"run_goal_async: goalDispatchAsync refused with HTTP 429 rate_limited: spend-rate breaker open; retry after 60 s; nothing was dispatched, and a dispatch is never retried");
     assert_eq!(
         f.count("goalDispatchAsync"),
         2,

@@ -353,7 +353,7 @@ async fn execution_trace_lists_and_reads_through_the_producer() {
         satisfier.contains("activity-api was not asked"),
         "{satisfier}"
     );
-    insta::assert_snapshot!("execution_trace_satisfier", satisfier);
+    insta::assert_snapshot!(satisfier, @r"walk-satisfier-1-1786760268981 is a satisfier reach: it persists no task trace (activity-api answers 404 for one, a successful one included), so activity-api was not asked. Its walk is in the dispatch record: read it with goal_reasoning.");
     assert_eq!(
         count(&p, "activityExecutionTrace"),
         2,
@@ -400,7 +400,7 @@ async fn execution_trace_answers_a_timeout_once() {
         "{text}"
     );
     assert_eq!(text.lines().count(), 1, "{text}");
-    insta::assert_snapshot!("execution_trace_timeout", normalize(&text, &env));
+    insta::assert_snapshot!(normalize(&text, &env), @r"execution_trace: producer_timeout(activityExecutionTrace, 1000): the producer did not answer within [N] ms; not retried, since the producer keeps running the query it was cut on");
     assert_eq!(
         count(&p, "activityExecutionTrace"),
         1,

@@ -422,10 +422,7 @@ fn with_no_key_configured_every_request_is_refused() {
     );
     assert!(h["attachment"].is_null(), "{h}");
     assert!(h["network"]["proxy"].is_object(), "{h}");
-    insta::assert_snapshot!(
-        "resolver_refused_without_a_key",
-        normalize(&serve.post(Some("ApiKey x"), &body).body, &env)
-    );
+    insta::assert_snapshot!(normalize(&serve.post(Some("ApiKey x"), &body).body, &env), @r#"{"error":"unauthorized: no API key is configured, so the resolver refuses every request; configure one (METABOB_API_KEY or ~/.substrate/config.json) and restart serve"}"#);
 }
 
 #[test]
@@ -628,10 +625,7 @@ fn a_non_loopback_http_address_needs_a_key_and_then_every_request_carries_it() {
     let out = env.run(&["serve", "--http", "0.0.0.0:0", "--no-resolver"]);
     assert_eq!(out.code, 2, "{out:?}");
     assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
-    insta::assert_snapshot!(
-        "serve_http_refused_without_a_key",
-        normalize(&out.stderr, &env)
-    );
+    insta::assert_snapshot!(normalize(&out.stderr, &env), @r"error: serve --http 0.0.0.0:0: 0.0.0.0:0 is not a loopback address, so requests need a key: pass --http-key KEY (or set METABOB_HTTP_KEY), or serve on 127.0.0.1");
 
     let key = "http-key-for-the-test-0123456789";
     let serve = Serve::start(
