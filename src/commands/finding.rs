@@ -128,30 +128,26 @@ pub async fn run(args: FindingArgs, env: Env) -> CliResult {
 }
 
 async fn close(a: CloseArgs, env: Env) -> CliResult {
-    match (a.pending, a.origin) {
-        (true, Some(origin)) => return sweep(origin, a.json, env).await,
-        (true, None) => {
-            return Err(
+    // The group `which` lets exactly one of --commits-from, --commits and --pending through.
+    let commits = if let Some(file) = a.commits_from {
+        Commits::File(file)
+    } else if let Some(range) = a.commits {
+        Commits::Range(range)
+    } else {
+        return match a.origin {
+            Some(origin) => sweep(origin, a.json, env).await,
+            None => Err(
                 CliError::failure("finding close --pending: no origin named")
                     .hint("give --origin URL, the repository whose merged reviews to close"),
-            );
-        }
-        (false, Some(_)) => {
-            return Err(
-                CliError::failure("finding close: --origin names the repository to sweep")
-                    .hint("add --pending, or drop --origin to close by commits in a checkout"),
-            );
-        }
-        (false, None) => {}
-    }
-    let commits = match (a.commits_from, a.commits) {
-        (Some(f), None) => Commits::File(f),
-        (None, Some(r)) => Commits::Range(r),
-        _ => {
-            return Err(CliError::failure("finding close: no commits named")
-                .hint("give one of --commits-from FILE or --commits RANGE"));
-        }
+            ),
+        };
     };
+    if a.origin.is_some() {
+        return Err(
+            CliError::failure("finding close: --origin names the repository to sweep")
+                .hint("add --pending, or drop --origin to close by commits in a checkout"),
+        );
+    }
     let opts = CloseOptions {
         commits,
         target: a.target,
