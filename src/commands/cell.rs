@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 use crate::error::{CliError, CliResult, Exit};
 use metabob_cell::cell_run::{self, config::CellConfig};
 use metabob_wire::env::Env;
+use metabob_wire::report::Hint;
 
 /// A container cell: pull tasks, run the harness, integrate, push and close until none is left.
 #[derive(Debug, Args)]
@@ -137,7 +138,14 @@ pub async fn run(args: CellArgs, mut env: Env) -> CliResult {
     }
     let host = hostname();
     let cfg = CellConfig::from_env(&env, &host).map_err(|e| {
-        CliError::failure(format!("cell run: {e}")).hint("set it, or pass its flag (see --help)")
+        // Every setting is a variable or a flag; an ORIGIN of no form a clone takes also gets
+        // the forms it may take.
+        let set = "set it, or pass its flag (see --help)";
+        let hint = match e.hint() {
+            Some(forms) => format!("{forms}; {set}"),
+            None => set.to_string(),
+        };
+        CliError::caused_by("cell run", e).hint(hint)
     })?;
     Ok(match cell_run::run(cfg, env).await {
         0 => Exit::Ok,

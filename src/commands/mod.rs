@@ -165,23 +165,26 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<(), crate::error::
 
 /// A cell command's failure as the CLI reports it: exit 2 for the attachment, 1 otherwise.
 pub(crate) fn cell_error(context: &str, e: metabob_cell::CellError) -> crate::error::CliError {
-    use crate::error::CliError;
+    use crate::error::{CliError, Exit};
     use metabob_cell::CellError;
     match e {
-        CellError::NotAttached(cause) => CliError::not_attached(cause.to_string()),
+        // The attachment's cause is the whole line: it names what to check.
+        e @ CellError::NotAttached(_) => CliError::from(e).exit(Exit::NotAttached),
         // Met partway, a lost attachment is still "not attached": the caller's exit code must
         // not depend on when the key was revoked or the ledger went away.
         CellError::Ledger(e) if e.is_detachment() => {
-            CliError::not_attached(format!("{context}: not attached: {e}"))
+            CliError::caused_by(&format!("{context}: not attached"), e)
+                .exit(Exit::NotAttached)
                 .hint("nothing more was sent (diagnose with `metabob-mcp attach --check`)")
         }
         // Exit 2 as for an outage, so that whoever waits out the one waits out the other.
         CellError::Ledger(e) if e.is_unavailable() => {
-            CliError::not_attached(format!("{context}: the ledger is unavailable for now: {e}"))
+            CliError::caused_by(&format!("{context}: the ledger is unavailable for now"), e)
+                .exit(Exit::NotAttached)
                 .hint("try again shortly")
         }
         // The guard's refusal already names the command it refused for.
-        CellError::Outgoing(refusal) => CliError::failure(refusal.to_string()),
-        other => CliError::failure(format!("{context}: {other}")),
+        CellError::Outgoing(refusal) => CliError::from(refusal),
+        other => CliError::caused_by(context, other),
     }
 }

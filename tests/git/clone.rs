@@ -112,7 +112,7 @@ fn clone_over_file_and_git_daemon_matches_cli() {
         &net(),
     );
     assert!(
-        matches!(missing, Err(GitError::RefNotFound(ref b)) if b.contains("no-such-branch")),
+        matches!(missing, Err(GitError::RefNotFound { ref name }) if name.contains("no-such-branch")),
         "{missing:?}"
     );
     let dead = clone_at(
@@ -140,7 +140,7 @@ fn clone_over_file_and_git_daemon_matches_cli() {
     std::fs::write(busy.join("x"), "x").expect("write");
     let refused = clone_at(&url, &busy, None, false, &net());
     assert!(
-        matches!(&refused, Err(GitError::Clone { detail, .. }) if detail.contains("not empty")),
+        matches!(&refused, Err(GitError::Clone { source, .. }) if source.to_string().contains("not empty")),
         "{refused:?}"
     );
 }

@@ -32,7 +32,7 @@ fn reads_match_the_cli() {
     }
     for bad in ["garbage", "", "HEAD...origin/side"] {
         assert!(
-            matches!(repo.rev_list(bad), Err(GitError::BadRange(_))),
+            matches!(repo.rev_list(bad), Err(GitError::BadRange { .. })),
             "{bad:?} is a bad range"
         );
     }
@@ -89,7 +89,10 @@ fn reads_match_the_cli() {
             .message
             .contains("cherry picked from commit")
     );
-    assert!(matches!(repo.commit("nope"), Err(GitError::RefNotFound(_))));
+    assert!(matches!(
+        repo.commit("nope"),
+        Err(GitError::RefNotFound { .. })
+    ));
 
     // resolve vs rev-parse
     let short = &c["b2"][..7];

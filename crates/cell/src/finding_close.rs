@@ -21,6 +21,7 @@ use metabob_git::{GitError, Repo};
 use metabob_net::attachment::{Attachment, vessel_id};
 use metabob_wire::env::Env;
 use metabob_wire::finding::Finding;
+use metabob_wire::report;
 use metabob_wire::trailers::{FIXES_FINDING, fixes_finding_ids, trailer_line_values};
 use metabob_wire::verdict::{NewVerdict, Pending, Standing, VerdictKind, VerdictOrigin};
 
@@ -119,28 +120,30 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     } else {
         env.cwd().join(&opts.work_dir)
     };
-    let repo = Repo::discover(&work)?.ok_or_else(|| {
-        CellError::Failed(format!(
-            "{} is not a git checkout; run this in the clone, or pass --work-dir DIR of one",
-            work.display()
-        ))
-    })?;
+    let repo = Repo::discover(&work)?
+        .ok_or_else(|| CellError::NotACheckout(GitError::NotARepository(work.clone())))?;
     let workdir = repo.workdir().unwrap_or(work.clone());
     let task = opts.task.as_deref().map(TaskFile::read).transpose()?;
 
     let commits = match &opts.commits {
         Commits::Range(r) => repo.rev_list(r)?,
         Commits::File(f) => {
-            let text = metabob_wire::util::read_bounded(f, MAX_COMMITS_FILE_BYTES)
-                .map_err(|e| CellError::Failed(format!("{} cannot be read: {e}", f.display())))?;
+            let text =
+                metabob_wire::util::read_bounded(f, MAX_COMMITS_FILE_BYTES).map_err(|source| {
+                    CellError::Unreadable {
+                        path: f.clone(),
+                        source,
+                    }
+                })?;
             let mut out = Vec::new();
             for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-                out.push(repo.resolve(line)?.ok_or_else(|| {
-                    CellError::Failed(format!(
-                        "commit {line} (from {}) is not in this checkout",
-                        f.display()
-                    ))
-                })?);
+                out.push(
+                    repo.resolve(line)?
+                        .ok_or_else(|| CellError::CommitMissing {
+                            commit: line.to_string(),
+                            file: f.clone(),
+                        })?,
+                );
             }
             out
         }
@@ -156,7 +159,7 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     // A stale view of the origin could misjudge what is merged: fetch first, write nothing if
     // that fails.
     repo.fetch("origin", &metabob_net::NetClient::from_env(&env))
-        .map_err(|e| CellError::Failed(format!("{e}; nothing was written")))?;
+        .map_err(CellError::Unwritten)?;
     // Read after the fetch, so the default is the origin's default branch as the clone knows it.
     let target = opts
         .target
@@ -164,11 +167,11 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
         .or_else(|| task.as_ref().map(|t| t.policy.target.clone()))
         .unwrap_or_else(|| default_branch(&repo));
     let target_ref = format!("origin/{target}");
-    let tip = repo.resolve(&target_ref)?.ok_or_else(|| {
-        CellError::Failed(format!(
-            "origin has no branch {target}; nothing was written"
-        ))
-    })?;
+    let tip = repo
+        .resolve(&target_ref)?
+        .ok_or_else(|| CellError::NoTargetBranch {
+            target: target.clone(),
+        })?;
 
     let mut report = CloseReport {
         target: target.clone(),
@@ -314,8 +317,10 @@ impl<'a> JudgeAndWrite<'a> {
     /// with the id of the verdict written for it.
     async fn finish(mut self) -> Result<Vec<Outcome>, CellError> {
         while let Some(done) = self.writes.join_next().await {
-            let (index, written) =
-                done.map_err(|e| CellError::Failed(format!("a verdict write stopped: {e}")))?;
+            let (index, written) = done.map_err(|source| CellError::Stopped {
+                what: "a verdict write",
+                source,
+            })?;
             let written = written?;
             match self.outcomes.get_mut(index) {
                 Some(Outcome::Closed { verdict, .. }) => *verdict = written,
@@ -365,7 +370,7 @@ fn plan(
             Landing::Merged { commit, via } => {
                 match check_fix_commit(repo, finding, files, &commit, &*history) {
                     Err(e) => Plan::Report(Outcome::Refused {
-                        why: format!("{e}; nothing was written"),
+                        why: format!("{}; nothing was written", report::with_hint(&e)),
                     }),
                     Ok(location) => {
                         let mut lines = location.lines;

@@ -20,17 +20,28 @@ pub struct FixLocation {
 /// Why a named commit is not this finding's fix; nothing is written.
 #[derive(Debug, thiserror::Error)]
 pub enum FixRefused {
-    #[error("commit {0} does not resolve in this checkout")]
-    Unknown(String),
+    #[error("commit {commit} does not resolve in this checkout")]
+    Unknown { commit: String },
     #[error("commit {commit} is not in {against}'s history")]
     NotIn { commit: String, against: String },
     #[error(
-        "commit {0} is older than the finding and touches none of its files, so it cannot be \
-         its fix"
+        "commit {commit} is older than the finding and touches none of its files, so it cannot \
+         be its fix"
     )]
-    Predates(String),
-    #[error("git did not answer ({0}); try again")]
+    Predates { commit: String },
+    #[error("git did not answer")]
     Git(#[from] GitError),
+}
+
+impl metabob_wire::report::Hint for FixRefused {
+    fn hint(&self) -> Option<String> {
+        match self {
+            FixRefused::Git(e) => Some(e.hint().unwrap_or_else(|| "try again".into())),
+            FixRefused::Unknown { .. } | FixRefused::NotIn { .. } | FixRefused::Predates { .. } => {
+                None
+            }
+        }
+    }
 }
 
 /// The history a fix is checked against: a ref's, asked of git, or one already read.
@@ -65,9 +76,9 @@ pub fn check_fix_commit(
     sha: &str,
     against: &dyn History,
 ) -> Result<FixLocation, FixRefused> {
-    let full = repo
-        .resolve(sha)?
-        .ok_or_else(|| FixRefused::Unknown(sha.to_string()))?;
+    let full = repo.resolve(sha)?.ok_or_else(|| FixRefused::Unknown {
+        commit: sha.to_string(),
+    })?;
     if !against.contains(repo, &full)? {
         return Err(FixRefused::NotIn {
             commit: full,
@@ -88,7 +99,7 @@ pub fn check_fix_commit(
     let predates = finding.created_ms > 0 && commit.committer_time < finding_s;
     if predates {
         if !touches {
-            return Err(FixRefused::Predates(full));
+            return Err(FixRefused::Predates { commit: full });
         }
         lines.push(("fix_predates_finding", "yes".into()));
     }
@@ -108,8 +119,8 @@ pub enum Located {
         lines: Vec<(&'static str, String)>,
         note: Option<String>,
     },
-    /// No verdict is written; the line says why and what to do.
-    NoVerdict(String),
+    /// No verdict is written; `why` is the reply's line: why, and what to do.
+    NoVerdict { why: String },
 }
 
 fn verdict(kind: VerdictKind, lines: Vec<(&'static str, String)>, note: Option<String>) -> Located {
@@ -193,22 +204,25 @@ pub fn locate_fix(
                 Some("The fix is local to this checkout (ignored files): no other checkout can check it.".into()),
             ));
         }
-        return Ok(Located::NoVerdict(format!(
-            "none of the finding's files ({}) is known in this checkout (not on disk, not tracked, not in its history), so the fix is not here; endorse where the fix is, or discard it",
-            files.join(", ")
-        )));
+        return Ok(Located::NoVerdict {
+            why: format!(
+                "none of the finding's files ({}) is known in this checkout (not on disk, not tracked, not in its history), so the fix is not here; endorse where the fix is, or discard it",
+                files.join(", ")
+            ),
+        });
     }
     let others = repo.changed_tracked(20)?;
     if !others.is_empty() {
         return Ok(uncommitted(&branch, Some(others)));
     }
-    Ok(Located::NoVerdict(match newest_since {
+    let why = match newest_since {
         Some((sha, touched)) => format!(
             "no commit since the finding touches its files; the newest commit since it, {sha} (touching {}), is not taken as the fix; if it is, call mark_complete again with fix_commit: \"{sha}\"",
             touched.join(", ")
         ),
         None => "nothing in this checkout postdates the finding, so nothing here can be its fix; endorse where the fix is, or discard it".into(),
-    }))
+    };
+    Ok(Located::NoVerdict { why })
 }
 
 fn uncommitted(branch: &str, outside: Option<Vec<String>>) -> Located {

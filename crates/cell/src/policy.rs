@@ -152,20 +152,27 @@ pub struct Placement {
 /// a push never creates the branch a fix must reach.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Unplaced {
-    #[error(
-        "the origin has no branch {target:?} (the target, {from}); a push never creates it: \
-         create it on the origin or name another with a `target: <branch>` line"
-    )]
+    #[error("the origin has no branch {target:?} (the target, {from}); a push never creates it")]
     NoSuchBranch {
         target: String,
         /// Where the name came from; `source` would read as the error's cause to thiserror.
         from: Source,
     },
     #[error(
-        "the origin names no default branch (it recorded no HEAD) and the policy names no \
-         target: name one with a `target: <branch>` line"
+        "the origin names no default branch (it recorded no HEAD) and the policy names no target"
     )]
     NoOriginHead,
+}
+
+impl metabob_wire::report::Hint for Unplaced {
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            Unplaced::NoSuchBranch { .. } => {
+                "create it on the origin or name another with a `target: <branch>` line".into()
+            }
+            Unplaced::NoOriginHead => "name one with a `target: <branch>` line".into(),
+        })
+    }
 }
 
 impl Policy {

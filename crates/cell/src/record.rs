@@ -36,10 +36,7 @@ pub enum RecordOutcome {
 
 /// Records one finding (anchor: run_record) through the ledger's one recording path.
 pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, CellError> {
-    let draft = opts
-        .draft
-        .checked()
-        .map_err(|e| CellError::Failed(e.to_string()))?;
+    let draft = opts.draft.checked()?;
     let work = if opts.work_dir.is_absolute() {
         opts.work_dir.clone()
     } else {
@@ -84,7 +81,8 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
             Ok(Some(d)) => return Ok(RecordOutcome::AlreadyRecorded(d)),
             Ok(None) => {}
             Err(e) => tracing::warn!(
-                "the duplicate check could not read the ledger ({e}); recording anyway"
+                "the duplicate check could not read the ledger ({}); recording anyway",
+                metabob_wire::report::line(&e)
             ),
         }
     }

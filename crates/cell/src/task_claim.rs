@@ -54,7 +54,9 @@ pub async fn renew_or_release(
         .await?
         .as_ref()
         .and_then(Finding::from_concept)
-        .ok_or_else(|| CellError::Failed(format!("the ledger has no task {concept_id}")))?;
+        .ok_or_else(|| CellError::NoSuchTask {
+            concept_id: concept_id.clone(),
+        })?;
     let (action, minutes, reason) = match &given {
         GiveBack::Renew { minutes } => (ClaimAction::Renew, *minutes, None),
         GiveBack::Release { reason } => (ClaimAction::Release, None, reason.as_deref()),
@@ -120,11 +122,7 @@ pub async fn change_edge(
 
 /// A task by concept id, or by `agf_` id among the findings the ledger's window holds.
 async fn find_task(att: &Attachment, id: &str) -> Result<Finding, CellError> {
-    let not_found = || {
-        CellError::Failed(format!(
-            "no task {id} in the ledger's newest findings; pass its concept id instead"
-        ))
-    };
+    let not_found = || CellError::NotInWindow { id: id.to_string() };
     let finding = if id.starts_with("concept_") {
         fetch_concept(att, id)
             .await?

@@ -69,26 +69,42 @@ pub struct TaskPolicy {
 impl TaskFile {
     /// Reads a task file; the error says what to do about a missing or foreign file.
     pub fn read(path: &Path) -> Result<TaskFile, CellError> {
-        let text = metabob_wire::util::read_bounded(path, MAX_TASK_FILE_BYTES).map_err(|e| {
-            CellError::Failed(format!(
-                "{} cannot be read ({e}); run `task pull` first",
-                path.display()
-            ))
-        })?;
-        serde_json::from_str(&text).map_err(|e| {
-            CellError::Failed(format!(
-                "{} was not written by task pull ({e}); pull a task again",
-                path.display()
-            ))
+        let text =
+            metabob_wire::util::read_bounded(path, MAX_TASK_FILE_BYTES).map_err(|source| {
+                CellError::TaskFileUnreadable {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
+        serde_json::from_str(&text).map_err(|source| CellError::TaskFileForeign {
+            path: path.to_path_buf(),
+            source,
         })
     }
 
-    pub fn write(&self, path: &Path) -> Result<(), String> {
-        let text = serde_json::to_string_pretty(self).map_err(|e| format!("task.json: {e}"))?;
+    pub fn write(&self, path: &Path) -> Result<(), WriteError> {
+        let text = serde_json::to_string_pretty(self).map_err(WriteError::Encode)?;
         // Private: it names the origin, the claim and the task's details.
-        write_atomic(path, format!("{text}\n").as_bytes(), Some(0o600))
-            .map_err(|e| format!("writing {}: {e}", path.display()))
+        write_atomic(path, format!("{text}\n").as_bytes(), Some(0o600)).map_err(|source| {
+            WriteError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        })
     }
+}
+
+/// Why a file of the task directory was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("task.json")]
+    Encode(#[source] serde_json::Error),
+    #[error("writing {}", .path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]
@@ -160,10 +176,8 @@ mod tests {
             "{err}"
         );
         let missing = TaskFile::read(&dir.path().join("none.json")).expect_err("missing");
-        assert!(
-            missing.to_string().contains("run `task pull` first"),
-            "{missing}"
-        );
+        let shown = metabob_wire::report::with_hint(&missing);
+        assert!(shown.contains("run `task pull` first"), "{shown}");
     }
 
     #[test]

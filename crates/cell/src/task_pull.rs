@@ -28,6 +28,8 @@ use metabob_wire::util::{now_ms, rfc3339_ms};
 use metabob_wire::verdict::{Standing, failed_by};
 
 mod setup;
+
+pub use setup::SetupError;
 use setup::{Pull, SetUp};
 
 /// How soon to look again when a claim did not settle either way.
@@ -230,7 +232,7 @@ pub fn classify<'a>(view: &'a LedgerView, me: &str, now: i64) -> Classified<'a> 
 
 /// Runs the pull (anchor: run_task_pull).
 pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellError> {
-    metabob_git::check_origin(&opts.origin).map_err(CellError::Failed)?;
+    metabob_git::check_origin(&opts.origin)?;
     for (dir, flag) in [
         (&opts.task_dir, "--task-dir"),
         (&opts.work_dir, "--work-dir"),
@@ -240,9 +242,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
     let work_abs = absolute(&env, &opts.work_dir);
     let att = super::attach_once(&mut env, &work_abs).await?;
     let Some(me) = vessel_id(&env, &work_abs) else {
-        return Err(CellError::Failed(
-            "no vessel identity: set VESSEL_ID or an API key".into(),
-        ));
+        return Err(CellError::NoVesselIdentity);
     };
     let session = att.claim().session.clone();
     let repository = identity_of_origin(&opts.origin);
@@ -277,7 +277,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
             Some(view) => Ok(related::in_view(view, &r)),
             None => related::on_files(&att, &aliases, &r)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(|e| metabob_wire::report::with_hint(&e)),
         };
         // One task a pull: a task that fails ends the pull with its own status, so the
         // entrypoint sees every failure and can tell a poison queue from a broken cell.
@@ -295,7 +295,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
                 claimer.set_outcome(CandidateOutcome::Parked, failure.reason.clone());
                 Some(failure)
             }
-            SetUp::OriginAway(why) => {
+            SetUp::OriginAway { why } => {
                 claimer.set_outcome(CandidateOutcome::Withdrawn, why);
                 claimer.retry_in(ORIGIN_RETRY_MS);
                 None
@@ -448,7 +448,7 @@ impl<'a> Claimer<'a> {
                 .await
                 .map_err(|e| match e {
                     // Only the key itself can refuse a take: no task can be taken with it.
-                    e @ ResolveError::KeyReadOnly { .. } => CellError::Failed(e.to_string()),
+                    e @ ResolveError::KeyReadOnly { .. } => CellError::KeyRefused(e),
                     e => e.into(),
                 })?;
             let by_id = |id: &str| ask.iter().position(|r| r.finding.concept_id == id);
@@ -496,7 +496,7 @@ impl<'a> Claimer<'a> {
                     let Some(files) = files else {
                         let why = "the ledger handed out a task of another repository";
                         withdraw(self.att, &taken.task, self.me, self.session, why).await;
-                        return Err(CellError::Failed(format!("{why}; its claim was withdrawn")));
+                        return Err(CellError::ForeignTask);
                     };
                     Recalled {
                         files,
@@ -537,7 +537,9 @@ impl<'a> Claimer<'a> {
                 }
                 // A claim can only be refused for the key itself (read-only): no task can be
                 // taken.
-                ClaimOutcome::Refused { reason } => return Err(CellError::Failed(reason)),
+                ClaimOutcome::Refused { reason } => {
+                    return Err(CellError::ClaimRefused { reason });
+                }
                 ClaimOutcome::Unsettled | ClaimOutcome::Closed | ClaimOutcome::Released => {
                     self.note(f, word, None)
                 }
@@ -627,7 +629,10 @@ async fn withdraw(att: &Attachment, f: &Finding, me: &str, session: &str, why: &
     if let Err(e) =
         claims::claim_finding(att, f, me, session, 0, ClaimAction::Release, Some(why)).await
     {
-        tracing::warn!("the withdrawal was not written ({e}); the claim lapses by itself");
+        tracing::warn!(
+            "the withdrawal was not written ({}); the claim lapses by itself",
+            metabob_wire::report::line(&e)
+        );
     }
 }
 
@@ -640,21 +645,20 @@ fn absolute(env: &Env, p: &Path) -> PathBuf {
 }
 
 /// A task never reuses a directory: each must be empty or missing.
-fn ensure_empty(dir: &Path, flag: &str) -> Result<(), CellError> {
+fn ensure_empty(dir: &Path, flag: &'static str) -> Result<(), CellError> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => match entries.next() {
             None => Ok(()),
-            Some(_) => Err(CellError::Failed(format!(
-                "{} ({flag}) is not empty; a cell starts from empty task and work directories: \
-                 pass {flag} with an empty or missing directory",
-                dir.display()
-            ))),
+            Some(_) => Err(CellError::NotEmpty {
+                dir: dir.to_path_buf(),
+                flag,
+            }),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(CellError::Failed(format!(
-            "{} cannot be read: {e}",
-            dir.display()
-        ))),
+        Err(source) => Err(CellError::Unreadable {
+            path: dir.to_path_buf(),
+            source,
+        }),
     }
 }
 

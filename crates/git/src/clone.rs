@@ -2,14 +2,104 @@
 //! `ssh` program) and http(s): gix's smart-HTTP protocol over a reqwest client that trusts
 //! and proxies as the one HTTP path does (`http` below).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use gix::bstr::ByteSlice;
 use gix::remote::Direction;
 
-use super::{GitError, Repo, with_causes};
+use super::{Cause, GitError, Repo};
 use metabob_net::NetClient;
+use metabob_wire::guard::redact_url_credentials;
+use metabob_wire::report::Hint;
+
+/// This crate's own words for why a clone or fetch failed, where gix has none or says it in
+/// a way that hides the cause; the cause of a [`GitError::Clone`] or [`GitError::Fetch`].
+#[derive(Debug, thiserror::Error)]
+enum Own {
+    #[error(
+        "destination {} is not empty; a clone needs an empty or missing directory",
+        .0.display()
+    )]
+    NotEmpty(PathBuf),
+    #[error("cannot read {}", .path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create {}", .path.display())]
+    Uncreatable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the remote has no commits to check out")]
+    NoCommits,
+    #[error("checking out {tag} failed")]
+    CheckOutTag {
+        tag: String,
+        #[source]
+        source: Cause,
+    },
+    #[error("the clone succeeded but writing {name} failed")]
+    RemoteHead {
+        name: String,
+        #[source]
+        source: Cause,
+    },
+    #[error("no such remote")]
+    NoSuchRemote(#[source] gix::remote::find::existing::Error),
+    #[error("cannot set git's fallback identity")]
+    Identity(#[source] Cause),
+    #[error("the fetch stopped unexpectedly")]
+    Panicked,
+    #[error(transparent)]
+    Login(#[from] Login),
+}
+
+/// A missing or refused login, said plainly: gix reports it as its credential helpers'
+/// failure, in lines that never say the server asked for one, so gix's error is not kept
+/// under it (its words would follow these on the line and contradict them).
+#[derive(Debug, thiserror::Error)]
+enum Login {
+    #[error("the server refused the login in the URL (HTTP 401)")]
+    UrlRefused,
+    #[error("the server wants a login (HTTP 401) and none was given")]
+    Missing,
+    #[error("the server refused the login a git credential helper gave (HTTP 401)")]
+    HelperRefused,
+}
+
+impl Hint for Login {
+    fn hint(&self) -> Option<String> {
+        match self {
+            Login::UrlRefused => Some("check its user and password".into()),
+            Login::Missing => Some(
+                "put it in the URL, as in https://user:password@host/repo.git, or set up a git \
+                 credential helper"
+                    .into(),
+            ),
+            Login::HelperRefused => None,
+        }
+    }
+}
+
+/// The advice of the first cause in `e`'s chain that has its own (a login, a redirect), for
+/// the clone's or fetch's hint to lead with.
+pub(crate) fn hint_in(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(login) = e.downcast_ref::<Login>() {
+            return login.hint();
+        }
+        if let Some(hint) = http::hint_of(e) {
+            return Some(hint);
+        }
+        next = e.source();
+    }
+    None
+}
 
 /// gix builds its own https transport (and its rustls config, from the process-wide crypto
 /// provider) when it connects, before `http::connect_through` replaces it; the crate carries
@@ -40,31 +130,37 @@ pub fn clone_at(
     progress: bool,
     net: &NetClient,
 ) -> Result<(Repo, String), GitError> {
-    let fail = |detail: String| GitError::Clone {
-        url: metabob_wire::guard::redact_url_credentials(url),
-        detail,
+    let fail = |own: Own| GitError::Clone {
+        url: redact_url_credentials(url),
+        source: Box::new(own),
         lasting: true,
     };
     match std::fs::read_dir(dest) {
         Ok(mut entries) => {
             if entries.next().is_some() {
-                return Err(fail(format!(
-                    "destination {} is not empty; a clone needs an empty or missing directory",
-                    dest.display()
-                )));
+                return Err(fail(Own::NotEmpty(dest.to_path_buf())));
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(fail(format!("cannot read {}: {e}", dest.display()))),
+        Err(source) => {
+            return Err(fail(Own::Unreadable {
+                path: dest.to_path_buf(),
+                source,
+            }));
+        }
     }
     // gix creates the destination itself but not its parents; a cell's /work may be nested.
     if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| fail(format!("cannot create {}: {e}", parent.display())))?;
+        std::fs::create_dir_all(parent).map_err(|source| {
+            fail(Own::Uncreatable {
+                path: parent.to_path_buf(),
+                source,
+            })
+        })?;
     }
     ensure_tls_provider();
     if progress {
-        let shown = metabob_wire::guard::redact_url_credentials(url);
+        let shown = redact_url_credentials(url);
         metabob_wire::errln!("Cloning {shown} into {}…", dest.display());
     }
     let attempt = |wanted| fetch_and_check_out(url, dest, wanted, progress, net);
@@ -78,8 +174,9 @@ pub fn clone_at(
             None => attempt(Wanted::Tag(name))?,
         },
     };
-    let (repo, head) =
-        cloned.ok_or_else(|| GitError::RefNotFound(branch.unwrap_or("HEAD").to_string()))?;
+    let (repo, head) = cloned.ok_or_else(|| GitError::RefNotFound {
+        name: branch.unwrap_or("HEAD").to_string(),
+    })?;
     if progress {
         metabob_wire::errln!("Checked out {head}.");
     }
@@ -109,35 +206,68 @@ impl Wanted<'_> {
     }
 }
 
+/// Why an origin has no form git clones from (anchor: BadOrigin).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("--origin {origin:?} {fault}")]
+pub struct BadOrigin {
+    /// The origin as given, its credentials masked.
+    pub origin: String,
+    pub fault: OriginFault,
+}
+
+/// What is wrong with the form of an origin.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OriginFault {
+    #[error("is empty")]
+    Empty,
+    #[error("holds a control character")]
+    ControlCharacter,
+    #[error("has the scheme {scheme:?}, which git does not clone over")]
+    Scheme { scheme: String },
+    #[error("names no host or path")]
+    NoHostOrPath,
+    #[error("is neither a URL nor a path that exists")]
+    Unrecognized,
+}
+
+impl Hint for BadOrigin {
+    fn hint(&self) -> Option<String> {
+        Some(
+            "give the repository's clone URL (https://host/org/repo.git, ssh://…, git://…, \
+             file:///path, user@host:org/repo) or its local path"
+                .into(),
+        )
+    }
+}
+
 /// Whether `origin` has a form git clones from (anchor: check_origin): a `http(s)://`,
 /// `ssh://`, `git://` or `file://` URL with something after the scheme, an scp-like
 /// `[user@]host:path`, or a local path (absolute, explicitly relative, or one that exists).
 /// Checked before the ledger is asked, so a mistyped origin is named rather than answered with
 /// "no open task" for a repository nobody has.
-pub fn check_origin(origin: &str) -> Result<(), String> {
-    let shown = metabob_wire::guard::redact_url_credentials(origin);
-    let refuse = |why: &str| {
-        Err(format!(
-            "--origin {shown:?} {why}; give the repository's clone URL (https://host/org/repo.git, \
-             ssh://…, git://…, file:///path, user@host:org/repo) or its local path"
-        ))
+pub fn check_origin(origin: &str) -> Result<(), BadOrigin> {
+    let refuse = |fault: OriginFault| {
+        Err(BadOrigin {
+            origin: redact_url_credentials(origin),
+            fault,
+        })
     };
     let o = origin.trim();
     if o.is_empty() {
-        return refuse("is empty");
+        return refuse(OriginFault::Empty);
     }
     if o.chars().any(char::is_control) {
-        return refuse("holds a control character");
+        return refuse(OriginFault::ControlCharacter);
     }
     if let Some((scheme, rest)) = o.split_once("://") {
         let known = ["http", "https", "ssh", "git", "file"];
         if !known.contains(&scheme.to_ascii_lowercase().as_str()) {
-            return refuse(&format!(
-                "has the scheme {scheme:?}, which git does not clone over"
-            ));
+            return refuse(OriginFault::Scheme {
+                scheme: scheme.to_string(),
+            });
         }
         if rest.trim_matches('/').is_empty() {
-            return refuse("names no host or path");
+            return refuse(OriginFault::NoHostOrPath);
         }
         return Ok(());
     }
@@ -148,7 +278,7 @@ pub fn check_origin(origin: &str) -> Result<(), String> {
     if local || scp || Path::new(o).exists() {
         Ok(())
     } else {
-        refuse("is neither a URL nor a path that exists")
+        refuse(OriginFault::Unrecognized)
     }
 }
 
@@ -161,21 +291,21 @@ fn fetch_and_check_out(
     progress: bool,
     net: &NetClient,
 ) -> Result<Option<(Repo, String)>, GitError> {
-    let fail = |detail: String| GitError::Clone {
-        url: metabob_wire::guard::redact_url_credentials(url),
-        detail: metabob_wire::guard::redact_url_credentials(&detail),
+    let fail = |source: Cause| GitError::Clone {
+        url: redact_url_credentials(url),
+        source,
         lasting: true,
     };
     // What the remote or the network did: lasting only when it was a refusal.
-    let failed = |e: &(dyn std::error::Error + 'static), detail: String| GitError::Clone {
-        url: metabob_wire::guard::redact_url_credentials(url),
-        detail: metabob_wire::guard::redact_url_credentials(&detail),
-        lasting: http::refused_for_good(e),
+    let failed = |source: Cause| GitError::Clone {
+        url: redact_url_credentials(url),
+        lasting: http::refused_for_good(source.as_ref()),
+        source,
     };
     let interrupt = AtomicBool::new(false);
     let net = net.clone();
     let prepare = gix::prepare_clone(url, dest)
-        .map_err(|e| fail(with_causes(&e)))?
+        .map_err(|e| fail(Box::new(e)))?
         // gix connects on its own (per attempt, and twice for a shallow clone); each
         // connection to an http(s) remote gets our transport before its first request. (One
         // connection gix 0.87 makes skips this hook: its retry when the remote has a branch
@@ -205,53 +335,52 @@ fn fetch_and_check_out(
                 return Ok(None);
             }
             Err(gix::clone::fetch::Error::RefNameMissing { wanted }) => {
-                return Err(GitError::RefNotFound(
-                    wanted.as_ref().as_bstr().to_str_lossy().into_owned(),
-                ));
+                return Err(GitError::RefNotFound {
+                    name: wanted.as_ref().as_bstr().to_str_lossy().into_owned(),
+                });
             }
             Err(gix::clone::fetch::Error::PrepareFetch(e)) => {
                 let url_login = metabob_net::Url::parse(url).is_ok_and(|u| u.has_credentials());
                 return Err(match login_failure(&e, url_login) {
-                    Some(detail) => fail(detail),
-                    None => failed(&e, with_causes(&e)),
+                    Some(login) => fail(Box::new(Own::Login(login))),
+                    None => failed(Box::new(e)),
                 });
             }
-            Err(other) => return Err(failed(&other, with_causes(&other))),
+            Err(other) => return Err(failed(Box::new(other))),
         };
     // gix points HEAD at whatever ref it was given; git clone --branch <tag> detaches instead,
     // so a commit made in the cell never moves a tag.
     if let (Wanted::Tag(_), Some(tag)) = (wanted, full_name.as_deref()) {
-        detach_head_at(checkout.repo(), tag).map_err(fail)?;
+        detach_head_at(checkout.repo(), tag).map_err(|source| {
+            fail(Box::new(Own::CheckOutTag {
+                tag: tag.to_string(),
+                source,
+            }))
+        })?;
     }
     if progress {
         metabob_wire::errln!("Checking out files…");
     }
     let (repo, _) = checkout
         .main_worktree(gix::progress::Discard, &interrupt)
-        .map_err(|e| fail(with_causes(&e)))?;
+        .map_err(|e| fail(Box::new(e)))?;
 
     // gix's clone does not record the remote's HEAD under refs/remotes/origin/HEAD, which
     // `git clone` does and the "fix on task branches awaits its merge into the default branch"
     // rule reads. Write it from the symbolic HEAD the remote advertised.
     write_remote_head(&repo, "origin", &outcome.ref_map.remote_refs)
-        .map_err(|detail| fail(format!("the clone succeeded but {detail}")))?;
+        .map_err(|(name, source)| fail(Box::new(Own::RemoteHead { name, source })))?;
 
     let repo = Repo::wrap(repo);
-    let head = repo
-        .head()?
-        .ok_or_else(|| fail("the remote has no commits to check out".to_string()))?;
+    let head = repo.head()?.ok_or_else(|| fail(Box::new(Own::NoCommits)))?;
     Ok(Some((repo, head)))
 }
 
-/// Points HEAD straight at the commit the fetched `tag` (a full name) leads to.
-fn detach_head_at(repo: &gix::Repository, tag: &str) -> Result<(), String> {
+/// Points HEAD straight at the commit the fetched `tag` (a full name) leads to. The cause is
+/// gix's, of whichever step failed (reading the tag, peeling it, writing HEAD).
+fn detach_head_at(repo: &gix::Repository, tag: &str) -> Result<(), Cause> {
     use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
-    let commit = repo
-        .find_reference(tag)
-        .map_err(|e| format!("the fetched {tag} cannot be read: {e}"))?
-        .peel_to_commit()
-        .map_err(|e| format!("{tag} does not lead to a commit: {e}"))?
-        .id;
+    let commit = repo.find_reference(tag)?.peel_to_commit()?.id;
     repo.edit_reference(RefEdit {
         change: Change::Update {
             log: LogChange {
@@ -262,20 +391,19 @@ fn detach_head_at(repo: &gix::Repository, tag: &str) -> Result<(), String> {
             expected: PreviousValue::Any,
             new: gix::refs::Target::Object(commit),
         },
-        name: "HEAD"
-            .try_into()
-            .map_err(|e| format!("HEAD is not a valid ref name: {e}"))?,
+        name: "HEAD".try_into()?,
         deref: false,
-    })
-    .map_err(|e| format!("detaching HEAD at {tag} failed: {e}"))?;
+    })?;
     Ok(())
 }
 
+/// Writes `refs/remotes/<remote>/HEAD`; on failure, the ref that was being read or written
+/// and gix's cause.
 fn write_remote_head(
     repo: &gix::Repository,
     remote: &str,
     remote_refs: &[gix::protocol::handshake::Ref],
-) -> Result<(), String> {
+) -> Result<(), (String, Cause)> {
     use gix::protocol::handshake::Ref;
     use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
     let target = remote_refs.iter().find_map(|r| match r {
@@ -294,14 +422,20 @@ fn write_remote_head(
         return Ok(());
     };
     let tracking = format!("refs/remotes/{remote}/{branch}");
-    if repo
-        .try_find_reference(tracking.as_str())
-        .map_err(|e| e.to_string())?
-        .is_none()
-    {
+    let found = repo.try_find_reference(tracking.as_str());
+    if found.map_err(|e| (tracking.clone(), e.into()))?.is_none() {
         return Ok(());
     }
     let name = format!("refs/remotes/{remote}/HEAD");
+    let at = |e: Cause| (name.clone(), e);
+    let symbolic: gix::refs::FullName = tracking
+        .as_str()
+        .try_into()
+        .map_err(|e: gix::validate::reference::name::Error| (tracking.clone(), e.into()))?;
+    let full: gix::refs::FullName = name
+        .as_str()
+        .try_into()
+        .map_err(|e: gix::validate::reference::name::Error| at(e.into()))?;
     repo.edit_reference(RefEdit {
         change: Change::Update {
             log: LogChange {
@@ -310,20 +444,12 @@ fn write_remote_head(
                 message: "clone: remote HEAD".into(),
             },
             expected: PreviousValue::Any,
-            new: gix::refs::Target::Symbolic(
-                tracking
-                    .as_str()
-                    .try_into()
-                    .map_err(|e| format!("{tracking} is not a valid ref name: {e}"))?,
-            ),
+            new: gix::refs::Target::Symbolic(symbolic),
         },
-        name: name
-            .as_str()
-            .try_into()
-            .map_err(|e| format!("{name} is not a valid ref name: {e}"))?,
+        name: full,
         deref: false,
     })
-    .map_err(|e| format!("writing {name} failed: {e}"))?;
+    .map_err(|e| at(e.into()))?;
     Ok(())
 }
 
@@ -331,9 +457,9 @@ fn write_remote_head(
 /// applied only after the pack arrived, so a failed fetch changes no ref. An http(s) remote
 /// is reached with `net`'s trust and proxy choice.
 pub(super) fn fetch(repo: &gix::Repository, remote: &str, net: &NetClient) -> Result<(), GitError> {
-    let fail = |detail: String| GitError::Fetch {
+    let fail = |source: Cause| GitError::Fetch {
         remote: remote.to_string(),
-        detail: metabob_wire::guard::redact_url_credentials(&detail),
+        source,
     };
     // reqwest's blocking client must not run on an async runtime's thread, and `finding close`
     // fetches from one; so the fetch runs on a thread of its own. A gix repository stays on
@@ -341,18 +467,12 @@ pub(super) fn fetch(repo: &gix::Repository, remote: &str, net: &NetClient) -> Re
     let git_dir = repo.git_dir().to_path_buf();
     std::thread::scope(|s| {
         s.spawn(|| {
-            let mut repo = gix::open(&git_dir).map_err(|e| fail(with_causes(&e)))?;
-            reflog_identity(&mut repo).map_err(fail)?;
-            fetch_here(&repo, remote, net).map_err(|failure| match failure {
-                FetchFailure::Remote(detail) => fail(detail),
-                FetchFailure::Store(detail) => GitError::FetchStore {
-                    remote: remote.to_string(),
-                    detail: metabob_wire::guard::redact_url_credentials(&detail),
-                },
-            })
+            let mut repo = gix::open(&git_dir).map_err(|e| fail(Box::new(e)))?;
+            reflog_identity(&mut repo).map_err(|e| fail(Box::new(Own::Identity(e))))?;
+            fetch_here(&repo, remote, net)
         })
         .join()
-        .unwrap_or_else(|_| Err(fail("the fetch stopped unexpectedly".to_string())))
+        .unwrap_or_else(|_| Err(fail(Box::new(Own::Panicked))))
     })
 }
 
@@ -361,7 +481,7 @@ pub(super) fn fetch(repo: &gix::Repository, remote: &str, net: &NetClient) -> Re
 /// falls back to the login name at the host name; so a machine with no `user.name` (a fresh CI
 /// runner, a new container) fetches with us as it does with git. A configured identity, or
 /// `GIT_COMMITTER_NAME`/`EMAIL`, still wins: the fallback keys are read last.
-fn reflog_identity(repo: &mut gix::Repository) -> Result<(), String> {
+fn reflog_identity(repo: &mut gix::Repository) -> Result<(), Cause> {
     use gix::config::tree::gitoxide::Committer;
     if repo.committer().is_some() {
         return Ok(());
@@ -381,63 +501,62 @@ fn reflog_identity(repo: &mut gix::Repository) -> Result<(), String> {
         (&Committer::NAME_FALLBACK, login.clone()),
         (&Committer::EMAIL_FALLBACK, format!("{login}@{host}")),
     ] {
-        fallback
-            .set_raw_value(key, value.as_str())
-            .map_err(|e| with_causes(&e))?;
+        fallback.set_raw_value(key, value.as_str())?;
     }
-    repo.config_snapshot_mut()
-        .append(fallback)
-        .map_err(|e| format!("cannot set git's fallback identity: {}", with_causes(&e)))?;
+    repo.config_snapshot_mut().append(fallback)?;
     Ok(())
 }
 
-/// Why a fetch failed: the remote or the way to it, or this side's store.
-enum FetchFailure {
-    Remote(String),
-    Store(String),
-}
-
-fn fetch_here(repo: &gix::Repository, remote: &str, net: &NetClient) -> Result<(), FetchFailure> {
+/// One fetch on this thread: a failure of the remote or the way to it is [`GitError::Fetch`],
+/// one of this side's store [`GitError::FetchStore`].
+fn fetch_here(repo: &gix::Repository, remote: &str, net: &NetClient) -> Result<(), GitError> {
     use gix::remote::fetch::Error as Receive;
-    let remote_err = |e: &(dyn std::error::Error + '_)| FetchFailure::Remote(with_causes(e));
+    let remote_err = |source: Cause| GitError::Fetch {
+        remote: remote.to_string(),
+        source,
+    };
     ensure_tls_provider();
     let r = repo
         .find_remote(remote)
-        .map_err(|e| FetchFailure::Remote(format!("no such remote: {e}")))?;
+        .map_err(|e| remote_err(Box::new(Own::NoSuchRemote(e))))?;
     let interrupt = AtomicBool::new(false);
     let (url, version) = r
         .sanitized_url_and_version(Direction::Fetch)
-        .map_err(|e| remote_err(&e))?;
+        .map_err(|e| remote_err(Box::new(e)))?;
     let url_login = url.user().is_some() && url.password().is_some();
-    let connection = match http::connect_through(net, url, version).map_err(|e| remote_err(&e))? {
+    let ours = http::connect_through(net, url, version).map_err(|e| remote_err(Box::new(e)))?;
+    let connection = match ours {
         Some(ours) => r.to_connection_with_transport(ours),
-        None => r.connect(Direction::Fetch).map_err(|e| remote_err(&e))?,
+        None => r
+            .connect(Direction::Fetch)
+            .map_err(|e| remote_err(Box::new(e)))?,
     };
     connection
         .prepare_fetch(gix::progress::Discard, Default::default())
-        .map_err(|e| {
-            FetchFailure::Remote(login_failure(&e, url_login).unwrap_or_else(|| with_causes(&e)))
+        .map_err(|e| match login_failure(&e, url_login) {
+            Some(login) => remote_err(Box::new(Own::Login(login))),
+            None => remote_err(Box::new(e)),
         })?
         .receive(gix::progress::Discard, &interrupt)
         .map_err(|e| match e {
-            Receive::UpdateRefs(_) | Receive::RemovePackKeepFile { .. } => {
-                FetchFailure::Store(with_causes(&e))
-            }
-            e => remote_err(&e),
+            Receive::UpdateRefs(_) | Receive::RemovePackKeepFile { .. } => GitError::FetchStore {
+                remote: remote.to_string(),
+                source: Box::new(e),
+            },
+            e => remote_err(Box::new(e)),
         })?;
     Ok(())
 }
 
-/// A missing or refused login, said plainly: gix reports it as its credential helpers'
-/// failure, in lines that never say the server asked for one. `url_login`: the URL carries
-/// a user and password, which gix sent first.
-fn login_failure(e: &gix::remote::fetch::prepare::Error, url_login: bool) -> Option<String> {
+/// A missing or refused login, said plainly (see [`Login`]). `url_login`: the URL carries a
+/// user and password, which gix sent first.
+fn login_failure(e: &gix::remote::fetch::prepare::Error, url_login: bool) -> Option<Login> {
     use gix::protocol::handshake::Error as Handshake;
     use gix::remote::{fetch::prepare::Error as Prepare, ref_map::Error as RefMap};
     let Prepare::RefMap(RefMap::Handshake(handshake)) = e else {
         return None;
     };
-    let line = match handshake {
+    Some(match handshake {
         // gix offers the URL's own login to the credential helpers' retry, so a wrong one
         // comes back as either kind.
         Handshake::Credentials(_)
@@ -445,18 +564,12 @@ fn login_failure(e: &gix::remote::fetch::prepare::Error, url_login: bool) -> Opt
         | Handshake::InvalidCredentials { .. }
             if url_login =>
         {
-            "the server refused the login in the URL (HTTP 401): check its user and password"
+            Login::UrlRefused
         }
-        Handshake::Credentials(_) | Handshake::EmptyCredentials => {
-            "the server wants a login (HTTP 401) and none was given: put it in the URL, as in \
-             https://user:password@host/repo.git, or set up a git credential helper"
-        }
-        Handshake::InvalidCredentials { .. } => {
-            "the server refused the login a git credential helper gave (HTTP 401)"
-        }
+        Handshake::Credentials(_) | Handshake::EmptyCredentials => Login::Missing,
+        Handshake::InvalidCredentials { .. } => Login::HelperRefused,
         _ => return None,
-    };
-    Some(line.to_string())
+    })
 }
 
 /// Smart HTTP for clone and fetch with the process's trust and proxies.

@@ -18,66 +18,97 @@ pub mod status;
 use std::path::{Path, PathBuf};
 
 use gix::bstr::ByteSlice;
+use metabob_wire::report::Hint;
 
-pub use clone::{check_origin, clone_at};
+pub use clone::{BadOrigin, OriginFault, check_origin, clone_at};
 
-/// What failed in a git read, clone or fetch. `Display` is one line: what failed and what to do.
+/// A cause gix gives as one of many error types at one step (an object lookup, a ref walk, a
+/// connection): each step of a read or fetch has its own gix type, so the cause is kept boxed,
+/// whole and typed, rather than as one enum of every gix error this crate may meet.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What failed in a git read, clone or fetch. `Display` says what failed; the cause is the
+/// `source` (gix's error, with its own causes), and what to do is the [`Hint`].
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
-    #[error("{} is not a git repository: run this in a clone, or pass --work-dir of one", .0.display())]
+    /// The one wording of "not in a git checkout" (anchor: NotARepository): `finding close`
+    /// and every other caller that needs a checkout says it through this variant.
+    #[error("{} is not a git checkout", .0.display())]
     NotARepository(PathBuf),
-    #[error("clone of {url} failed: {detail}; check the URL and that the remote is reachable")]
+    /// `url` has its credentials masked; the cause is gix's (or this crate's) own words, which
+    /// may quote the URL whole: every surface redacts its line on the way out.
+    #[error("clone of {url} failed")]
     Clone {
         url: String,
-        detail: String,
+        #[source]
+        source: Cause,
         /// The failure is this side's or a lasting refusal (a destination in use, a certificate
         /// nothing trusts, credentials refused, a 4xx), rather than a remote or network that did
         /// not answer, which can clear by itself.
         lasting: bool,
     },
-    #[error(
-        "fetch from {remote} failed: {detail}; check the network and the remote's URL, then retry"
-    )]
-    Fetch { remote: String, detail: String },
+    #[error("fetch from {remote} failed")]
+    Fetch {
+        remote: String,
+        #[source]
+        source: Cause,
+    },
     /// The remote answered; writing what arrived into this repository failed.
+    #[error("fetch from {remote} arrived, but writing it into the repository failed")]
+    FetchStore {
+        remote: String,
+        #[source]
+        source: Cause,
+    },
+    #[error("{name} was not found")]
+    RefNotFound { name: String },
     #[error(
-        "fetch from {remote} arrived, but writing it into the repository failed: {detail}; check \
-         that the repository is writable and its disk has room, then retry"
+        "bad revision range {range:?}: expected A..B or a single revision that resolves to a commit"
     )]
-    FetchStore { remote: String, detail: String },
-    #[error("{0} was not found: check the name, or fetch first")]
-    RefNotFound(String),
-    #[error(
-        "bad revision range {0:?}: expected A..B or a single revision that resolves to a commit"
-    )]
-    BadRange(String),
-    #[error(
-        "revision range {range:?}: {side} is not a commit in this repository; check the name, \
-         and for a remote branch (origin/main) that the remote exists and was fetched"
-    )]
+    BadRange { range: String },
+    #[error("revision range {range:?}: {side} is not a commit in this repository")]
     RangeSideMissing { range: String, side: String },
-    #[error("reading the repository failed: {0}; the repository may be damaged or busy, retry")]
-    Read(String),
+    #[error("reading the repository failed")]
+    Read(#[source] Cause),
 }
 
-fn read_err(e: impl std::error::Error) -> GitError {
-    GitError::Read(with_causes(&e))
-}
-
-/// An error's line followed by each underlying cause it does not already say (anchor:
-/// with_causes): gix often names only the step that failed, and the reason sits in a source.
-pub(crate) fn with_causes(e: &(dyn std::error::Error + '_)) -> String {
-    let mut line = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !text.is_empty() && !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
+impl Hint for GitError {
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            GitError::NotARepository(_) => {
+                "run this in the clone, or pass --work-dir DIR of one".into()
+            }
+            GitError::Clone { source, .. } => {
+                let general = "check the URL and that the remote is reachable";
+                match clone::hint_in(source.as_ref()) {
+                    Some(own) => format!("{own}; {general}"),
+                    None => general.into(),
+                }
+            }
+            GitError::Fetch { source, .. } => {
+                let general = "check the network and the remote's URL, then retry";
+                match clone::hint_in(source.as_ref()) {
+                    Some(own) => format!("{own}; {general}"),
+                    None => general.into(),
+                }
+            }
+            GitError::FetchStore { .. } => {
+                "check that the repository is writable and its disk has room, then retry".into()
+            }
+            GitError::RefNotFound { .. } => "check the name, or fetch first".into(),
+            GitError::BadRange { .. } => return None,
+            GitError::RangeSideMissing { .. } => {
+                "check the name, and for a remote branch (origin/main) that the remote exists \
+                 and was fetched"
+                    .into()
+            }
+            GitError::Read(_) => "the repository may be damaged or busy, retry".into(),
+        })
     }
-    line
+}
+
+fn read_err(e: impl std::error::Error + Send + Sync + 'static) -> GitError {
+    GitError::Read(Box::new(e))
 }
 
 /// One commit as the ledger needs it: ids, message, and both times.
@@ -268,8 +299,9 @@ impl Repo {
     }
 
     fn must_resolve(&self, rev: &str) -> Result<gix::ObjectId, GitError> {
-        self.resolve_id(rev)?
-            .ok_or_else(|| GitError::RefNotFound(rev.to_string()))
+        self.resolve_id(rev)?.ok_or_else(|| GitError::RefNotFound {
+            name: rev.to_string(),
+        })
     }
 
     /// Any commit-ish `git rev-parse` accepts (sha or prefix, branch, `origin/main`, `HEAD~2`,
@@ -288,7 +320,9 @@ impl Repo {
     /// `git rev-list <range>`: "A..B" (reachable from B, not from A; an empty side is HEAD)
     /// or one revision; newest first by commit time.
     pub fn rev_list(&self, range: &str) -> Result<Vec<String>, GitError> {
-        let bad = || GitError::BadRange(range.to_string());
+        let bad = || GitError::BadRange {
+            range: range.to_string(),
+        };
         if range.contains("...") {
             return Err(bad());
         }
@@ -422,7 +456,7 @@ impl Repo {
         let refs = self.repo.references().map_err(read_err)?;
         let mut out = Vec::new();
         for r in refs.prefixed(prefix.as_str()).map_err(read_err)? {
-            let mut r = r.map_err(|e| GitError::Read(with_causes(&*e)))?;
+            let mut r = r.map_err(GitError::Read)?;
             // origin/HEAD is a pointer to another remote branch, not a branch of its own.
             if matches!(r.target(), gix::refs::TargetRef::Symbolic(_)) {
                 continue;
@@ -658,24 +692,4 @@ pub(crate) fn newest_first() -> gix::revision::walk::Sorting {
     gix::revision::walk::Sorting::ByCommitTime(
         gix::traverse::commit::simple::CommitTimeOrder::NewestFirst,
     )
-}
-
-#[cfg(test)]
-mod cause_tests {
-    use super::with_causes;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("reading the index failed")]
-    struct Outer(#[source] std::io::Error);
-
-    #[test]
-    fn a_cause_the_line_does_not_say_is_kept() {
-        let e = Outer(std::io::Error::other("permission denied"));
-        assert_eq!(
-            with_causes(&e),
-            "reading the index failed: permission denied"
-        );
-        let io = std::io::Error::other("disk full");
-        assert_eq!(with_causes(&io), "disk full");
-    }
 }

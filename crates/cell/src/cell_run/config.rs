@@ -45,9 +45,9 @@ pub struct CellConfig {
 /// A setting that cannot be used: the one line says which and what it must be.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    /// What the clone check said of ORIGIN (it names the forms a clone takes).
+    /// What the clone check said of ORIGIN (its hint names the forms a clone takes).
     #[error("ORIGIN: {0}")]
-    Origin(String),
+    Origin(#[from] metabob_git::BadOrigin),
     #[error("{0} is not set; it must name {1}")]
     Missing(&'static str, &'static str),
     #[error("{name} is {value:?}; it must be {want}")]
@@ -56,6 +56,15 @@ pub enum ConfigError {
         value: String,
         want: String,
     },
+}
+
+impl metabob_wire::report::Hint for ConfigError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            ConfigError::Origin(e) => e.hint(),
+            ConfigError::Missing(..) | ConfigError::Invalid { .. } => None,
+        }
+    }
 }
 
 /// Every setting's variable; `cell run` has a flag for each (its help names the variable).
@@ -124,7 +133,7 @@ impl CellConfig {
     /// Reads and checks every setting; `host` is this machine's name, for the default identity.
     pub fn from_env(env: &Env, host: &str) -> Result<CellConfig, ConfigError> {
         let origin = required(env, "ORIGIN", "the repository's git URL")?;
-        metabob_git::check_origin(&origin).map_err(ConfigError::Origin)?;
+        metabob_git::check_origin(&origin)?;
         let harness = required(env, "HARNESS", "the command that works on the task")?;
         let claim_minutes = number(env, "CLAIM_MINUTES", 60, 1, 240)?;
         // A third of the claim: two renewals may fail before it lapses.

@@ -54,13 +54,16 @@ impl Cell {
                 None,
                 format!("{id}: the claim is released; pulling the next task"),
             ),
-            Err(e) => self.task_line(
-                "give_back",
-                "failed",
-                None,
-                Some(&e.to_string()),
-                format!("{id}: task release failed ({e}); the claim lapses on its own"),
-            ),
+            Err(e) => {
+                let why = report::with_hint(&e);
+                self.task_line(
+                    "give_back",
+                    "failed",
+                    None,
+                    Some(&why),
+                    format!("{id}: task release failed ({why}); the claim lapses on its own"),
+                )
+            }
         }
         self.end_task();
     }
@@ -103,7 +106,7 @@ impl Cell {
                 .git
                 .bundle(&branch, &base, &file)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(|e| report::line(&e)),
             Err(e) => Err(e.to_string()),
         };
         let message = match kept {
@@ -144,7 +147,10 @@ impl Cell {
                     "release_failed",
                     None,
                     None,
-                    format!("{id}: task release failed ({e}); the claim lapses on its own"),
+                    format!(
+                        "{id}: task release failed ({}); the claim lapses on its own",
+                        report::with_hint(&e)
+                    ),
                 );
             }
         }
@@ -171,7 +177,10 @@ impl Cell {
             if let Err(e) = renew_or_release(&task_dir, given, self.env.clone()).await {
                 self.log.note(
                     "signal",
-                    format!("task release failed ({e}); the claim lapses on its own"),
+                    format!(
+                        "task release failed ({}); the claim lapses on its own",
+                        report::with_hint(&e)
+                    ),
                 );
             }
         }

@@ -16,15 +16,24 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(300);
 const STDERR_KEPT: usize = 600;
 
 /// Why a git step did not do its work.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum GitStepError {
-    #[error("git {step} could not start: {detail}")]
-    Spawn { step: String, detail: String },
+    /// The process could not be started, or waited for.
+    #[error("git {step} could not start")]
+    Spawn {
+        step: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("git {step} ran past {}s and was stopped", STEP_TIMEOUT.as_secs())]
     Timeout { step: String },
+    /// git's own stderr (bounded, credentials masked), which arrives as text.
     #[error("git {step} failed: {stderr}")]
     Failed { step: String, stderr: String },
 }
+
+// Nothing to advise: git's stderr says what it says, and the caller words the outage.
+impl metabob_wire::report::Hint for GitStepError {}
 
 #[derive(Debug)]
 struct Ran {
@@ -56,10 +65,15 @@ pub enum Pushed {
     /// `[rejected]`: the branch moved since the fetch.
     Race,
     /// `[remote rejected]` or `[remote failure]` (a hook, a protected branch), or a transport
-    /// that refused the credentials: lasting, and the server's words.
-    Refused(String),
-    /// No answer about the ref at all: the server or the network is away.
-    Away(String),
+    /// that refused the credentials: lasting; `why` is the server's words.
+    Refused {
+        why: String,
+    },
+    /// No answer about the ref at all: the server or the network is away; `why` is git's
+    /// stderr.
+    Away {
+        why: String,
+    },
 }
 
 impl Git {
@@ -136,17 +150,14 @@ impl Git {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| GitStepError::Spawn {
+            .map_err(|source| GitStepError::Spawn {
                 step: step.clone(),
-                detail: e.to_string(),
+                source,
             })?;
         let out = tokio::time::timeout(STEP_TIMEOUT, child.wait_with_output())
             .await
             .map_err(|_| GitStepError::Timeout { step: step.clone() })?
-            .map_err(|e| GitStepError::Spawn {
-                step,
-                detail: e.to_string(),
-            })?;
+            .map_err(|source| GitStepError::Spawn { step, source })?;
         Ok(Ran {
             ok: out.status.success(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -296,11 +307,12 @@ fn classify_push(ok: bool, stdout: &str, stderr: &str) -> Pushed {
             return Pushed::Race;
         }
         let words = remote_words();
-        return Pushed::Refused(if words.is_empty() {
+        let why = if words.is_empty() {
             summary.to_owned()
         } else {
             format!("{summary}: {words}")
-        });
+        };
+        return Pushed::Refused { why };
     }
     let lower = stderr.to_ascii_lowercase();
     let refused = [
@@ -312,10 +324,11 @@ fn classify_push(ok: bool, stdout: &str, stderr: &str) -> Pushed {
         "not allowed",
         "read-only",
     ];
+    let why = stderr.to_owned();
     if refused.iter().any(|w| lower.contains(w)) {
-        Pushed::Refused(stderr.to_owned())
+        Pushed::Refused { why }
     } else {
-        Pushed::Away(stderr.to_owned())
+        Pushed::Away { why }
     }
 }
 
@@ -330,11 +343,16 @@ mod tests {
         assert_eq!(classify_push(false, race, "hint: ..."), Pushed::Race);
         let hook = "To /srv/app.git\n!\tHEAD:refs/heads/main\t[remote rejected] (pre-receive hook declined)\nDone\n";
         assert_eq!(
-            classify_push(false, hook, "remote: main is protected remote: ask a maintainer"),
-            Pushed::Refused(
-                "[remote rejected] (pre-receive hook declined): main is protected; ask a maintainer"
+            classify_push(
+                false,
+                hook,
+                "remote: main is protected remote: ask a maintainer"
+            ),
+            Pushed::Refused {
+                why: "[remote rejected] (pre-receive hook declined): main is protected; ask a \
+                      maintainer"
                     .into()
-            )
+            }
         );
         assert!(matches!(
             classify_push(
@@ -342,7 +360,7 @@ mod tests {
                 "",
                 "fatal: unable to access: The requested URL returned error: 403"
             ),
-            Pushed::Refused(_)
+            Pushed::Refused { .. }
         ));
         assert!(matches!(
             classify_push(
@@ -350,7 +368,7 @@ mod tests {
                 "",
                 "fatal: unable to connect to git: Connection refused"
             ),
-            Pushed::Away(_)
+            Pushed::Away { .. }
         ));
     }
 }

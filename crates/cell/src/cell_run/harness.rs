@@ -24,9 +24,11 @@ const GRACE: Duration = Duration::from_secs(5);
 pub enum Stop {
     Exited(Option<i32>),
     TimedOut,
-    /// The claim was lost; the reason the renewal gave.
-    ClaimLost(String),
-    CouldNotStart(String),
+    /// The claim was lost; `why` is the reason the renewal gave.
+    ClaimLost {
+        why: String,
+    },
+    CouldNotStart(std::io::Error),
 }
 
 /// The running harness's process group, shared with whoever must stop it (0: none).
@@ -145,7 +147,7 @@ pub async fn run(mut r: Run<'_>) -> (Stop, String) {
         .spawn()
     {
         Ok(c) => c,
-        Err(e) => return (Stop::CouldNotStart(e.to_string()), String::new()),
+        Err(e) => return (Stop::CouldNotStart(e), String::new()),
     };
     if let Some(pid) = child.id() {
         r.group.0.store(pid as i32, Ordering::SeqCst);
@@ -170,7 +172,7 @@ pub async fn run(mut r: Run<'_>) -> (Stop, String) {
     let stop = tokio::select! {
         status = child.wait() => Stop::Exited(status.ok().and_then(|s| s.code())),
         _ = tokio::time::sleep(r.timeout) => Stop::TimedOut,
-        why = lost => Stop::ClaimLost(why),
+        why = lost => Stop::ClaimLost { why },
     };
     // Also after a normal exit: what the harness left running in the background ends with
     // its task.

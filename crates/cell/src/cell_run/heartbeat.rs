@@ -60,7 +60,10 @@ pub(super) async fn heartbeat(
             Err(e) => {
                 log.note(
                     "renew",
-                    format!("task renew failed ({e}); the claim may lapse"),
+                    format!(
+                        "task renew failed ({}); the claim may lapse",
+                        metabob_wire::report::with_hint(&e)
+                    ),
                 );
             }
         }

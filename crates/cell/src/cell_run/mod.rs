@@ -32,6 +32,7 @@ use machine::{
 };
 use metabob_wire::claims::ClaimOutcome;
 use metabob_wire::env::Env;
+use metabob_wire::report::{self, Hint};
 use metabob_wire::util::random_u16;
 
 /// The task in hand.
@@ -244,7 +245,7 @@ impl Cell {
         mut call: F,
     ) -> Result<T, (E, Duration)>
     where
-        E: std::fmt::Display,
+        E: Hint + 'static,
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, E>>,
     {
@@ -268,7 +269,10 @@ impl Cell {
             away = true;
             if backoff.first() {
                 let secs = limit.as_secs();
-                let line = format!("the {name} does not answer; waiting up to {secs}s ({e})");
+                let line = format!(
+                    "the {name} does not answer; waiting up to {secs}s ({})",
+                    report::with_hint(&e)
+                );
                 self.log.note(name, line);
             }
             match backoff.next(random()) {
@@ -310,8 +314,9 @@ impl Cell {
             .await
             .map_err(|(e, waited)| {
                 format!(
-                    "{what}: the origin did not answer for {}s: {e}",
-                    waited.as_secs()
+                    "{what}: the origin did not answer for {}s: {}",
+                    waited.as_secs(),
+                    report::line(&e)
                 )
             })
     }
@@ -329,13 +334,14 @@ impl Cell {
         let report = match self.ledger(|env| task_pull::run(opts.clone(), env)).await {
             Ok(r) => r,
             Err(e) => {
+                let why = report::with_hint(&e);
                 self.log.line(Line {
                     step: "pull",
                     task: None,
                     outcome: "failed",
                     since: Some(since),
-                    reason: Some(&e.to_string()),
-                    message: format!("task pull failed: {e}"),
+                    reason: Some(&why),
+                    message: format!("task pull failed: {why}"),
                 });
                 self.clear_dirs();
                 return if e.is_outage() {
@@ -466,7 +472,10 @@ impl Cell {
                         why: with_tail("the harness made no commit".into()),
                     },
                     Err(e) => HarnessEnd::Failed {
-                        why: format!("the work tree cannot be read after the harness: {e}"),
+                        why: format!(
+                            "the work tree cannot be read after the harness: {}",
+                            report::line(&e)
+                        ),
                     },
                 }
             }
@@ -482,7 +491,7 @@ impl Cell {
                     self.cfg.harness_timeout.as_secs()
                 )),
             },
-            harness::Stop::ClaimLost(why) => HarnessEnd::ClaimLost { why },
+            harness::Stop::ClaimLost { why } => HarnessEnd::ClaimLost { why },
             harness::Stop::CouldNotStart(e) => HarnessEnd::Failed {
                 why: format!("the harness could not start: {e}"),
             },
@@ -520,7 +529,7 @@ impl Cell {
             },
             Err(e) if e.is_outage() => FenceEnd::LedgerAway,
             Err(e) => FenceEnd::Lost {
-                why: format!("the renewal failed: {e}"),
+                why: format!("the renewal failed: {}", report::with_hint(&e)),
             },
         }
     }
@@ -536,7 +545,9 @@ impl Cell {
         let target = cur.task.policy.target.clone();
         let base = cur.base.clone();
         if let Err(e) = self.git.clean().await {
-            return IntegrateEnd::OriginAway { why: e.to_string() };
+            return IntegrateEnd::OriginAway {
+                why: report::line(&e),
+            };
         }
         if let Err(why) = self.origin("fetching origin", || self.git.fetch()).await {
             return IntegrateEnd::OriginAway { why };
@@ -572,7 +583,9 @@ impl Cell {
                 );
                 IntegrateEnd::Conflict { files }
             }
-            Err(e) => IntegrateEnd::OriginAway { why: e.to_string() },
+            Err(e) => IntegrateEnd::OriginAway {
+                why: report::line(&e),
+            },
         }
     }
 
@@ -590,12 +603,16 @@ impl Cell {
             match self.git.push(&branch, force).await {
                 Ok(Pushed::Landed) => break PushEnd::Landed,
                 Ok(Pushed::Race) => break PushEnd::Race,
-                Ok(Pushed::Refused(why)) => break PushEnd::Refused { why },
-                Ok(Pushed::Away(why)) => match backoff.next(random()) {
+                Ok(Pushed::Refused { why }) => break PushEnd::Refused { why },
+                Ok(Pushed::Away { why }) => match backoff.next(random()) {
                     Some(pause) => tokio::time::sleep(pause).await,
                     None => break PushEnd::OriginAway { why },
                 },
-                Err(e) => break PushEnd::OriginAway { why: e.to_string() },
+                Err(e) => {
+                    break PushEnd::OriginAway {
+                        why: report::line(&e),
+                    };
+                }
             }
         };
         let (outcome, reason) = match &end {
@@ -658,7 +675,7 @@ impl Cell {
             Ok(c) => c,
             Err(e) => {
                 return CloseEnd::NotClosed {
-                    outcome: format!("not judged ({e})"),
+                    outcome: format!("not judged ({})", report::line(&e)),
                 };
             }
         };
@@ -700,7 +717,7 @@ impl Cell {
             Err(e) if e.is_outage() => (CloseEnd::LedgerAway, 2),
             Err(e) => (
                 CloseEnd::NotClosed {
-                    outcome: format!("not judged ({e})"),
+                    outcome: format!("not judged ({})", report::with_hint(e)),
                 },
                 if e.is_not_attached() { 2 } else { 1 },
             ),
@@ -737,7 +754,10 @@ impl Cell {
         );
         self.origin("fetching origin", || self.git.fetch()).await?;
         let rev = format!("refs/remotes/origin/{target}");
-        self.git.reset_to(&rev).await.map_err(|e| e.to_string())?;
+        self.git
+            .reset_to(&rev)
+            .await
+            .map_err(|e| report::line(&e))?;
         let base = self
             .git
             .resolve("HEAD")
@@ -779,9 +799,13 @@ impl Cell {
                     }
                 }
             }
-            Err(e) => self
-                .log
-                .note("sweep", format!("the sweep of merged reviews failed: {e}")),
+            Err(e) => self.log.note(
+                "sweep",
+                format!(
+                    "the sweep of merged reviews failed: {}",
+                    report::with_hint(&e)
+                ),
+            ),
         }
     }
 }

@@ -78,7 +78,7 @@ struct Waiting<'v> {
 /// else is written: a fix still waiting already has its pending verdict. With nothing pending
 /// no clone is made.
 pub async fn sweep_pending(opts: SweepOptions, mut env: Env) -> Result<SweepReport, CellError> {
-    metabob_git::check_origin(&opts.origin).map_err(CellError::Failed)?;
+    metabob_git::check_origin(&opts.origin)?;
     let repository = identity_of_origin(&opts.origin);
     let workspace = env.cwd().to_path_buf();
     let att = crate::attach_once(&mut env, &workspace).await?;
@@ -104,12 +104,9 @@ pub async fn sweep_pending(opts: SweepOptions, mut env: Env) -> Result<SweepRepo
     let mut judged = Vec::new();
     {
         // Judged in one stretch with no await in it: the repository handle stays on one thread.
-        let repo = Repo::open(&dir).map_err(|_| {
-            CellError::Failed(format!(
-                "the clone of {} in {} does not open as a repository; nothing was written",
-                report.origin,
-                dir.display()
-            ))
+        let repo = Repo::open(&dir).map_err(|_| CellError::CloneUnopenable {
+            origin: report.origin.clone(),
+            dir: dir.clone(),
         })?;
         report.default_branch = repo.remote_default_branch("origin");
         let fallback = super::default_branch(&repo);
@@ -232,18 +229,22 @@ async fn clone_or_fetch(
 ) -> Result<(PathBuf, Option<tempfile::TempDir>), CellError> {
     let shown = redact_url_credentials(&opts.origin);
     let failed = move |e: GitError| match e {
-        // Its own line names the URL (masked) and what to check.
-        e @ GitError::Clone { .. } => CellError::Failed(format!("{e}; nothing was written")),
-        e => CellError::Failed(format!("cloning {shown} failed: {e}; nothing was written")),
+        // Its own line names the URL (masked).
+        e @ GitError::Clone { .. } => CellError::Unwritten(e),
+        source => CellError::CloneFailed {
+            origin: shown,
+            source,
+        },
     };
+    let stopped = |what| move |source| CellError::Stopped { what, source };
     let (dest, scratch) = match &opts.cache_dir {
         Some(dir) if has_entries(dir) => {
             check_cached_clone(dir, repository)?;
             let at = dir.clone();
             tokio::task::spawn_blocking(move || Repo::open(&at)?.fetch("origin", &net))
                 .await
-                .map_err(|e| CellError::Failed(format!("the fetch stopped: {e}")))?
-                .map_err(|e| CellError::Failed(format!("{e}; nothing was written")))?;
+                .map_err(stopped("the fetch"))?
+                .map_err(CellError::Unwritten)?;
             return Ok((dir.clone(), None));
         }
         Some(dir) => (dir.clone(), None),
@@ -256,12 +257,9 @@ async fn clone_or_fetch(
             let scratch = tempfile::Builder::new()
                 .prefix("metabob-sweep-")
                 .tempdir_in(&base)
-                .map_err(|e| {
-                    CellError::Failed(format!(
-                        "cannot make a scratch directory under {} for the clone: {e}; set TMPDIR \
-                         to a writable directory",
-                        base.display()
-                    ))
+                .map_err(|source| CellError::Scratch {
+                    base: base.clone(),
+                    source,
                 })?;
             (scratch.path().join("origin"), Some(scratch))
         }
@@ -271,7 +269,7 @@ async fn clone_or_fetch(
         metabob_git::clone_at(&origin, &at, None, false, &net).map(|_| ())
     })
     .await
-    .map_err(|e| CellError::Failed(format!("the clone stopped: {e}")))?
+    .map_err(stopped("the clone"))?
     .map_err(failed)?;
     Ok((dest, scratch))
 }
@@ -280,20 +278,31 @@ fn has_entries(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
 }
 
+/// What a sweep's cache directory holds instead of a clone of the origin.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CacheMismatch {
+    #[error("is neither empty nor a clone")]
+    NotAClone,
+    #[error("holds a clone of {found}, not {wanted}")]
+    OtherRepository { found: String, wanted: String },
+    #[error("holds a clone with no origin")]
+    NoOrigin,
+}
+
 /// Whether a cache directory holds a clone of this repository.
 fn check_cached_clone(dir: &Path, repository: &str) -> Result<(), CellError> {
-    let not_ours = |what: String| {
-        CellError::Failed(format!(
-            "the sweep's cache {} {what}; give an empty directory, or the one an earlier sweep \
-             of this origin cloned into",
-            dir.display()
-        ))
+    let not_ours = |mismatch| CellError::Cache {
+        dir: dir.to_path_buf(),
+        mismatch,
     };
-    let repo = Repo::open(dir).map_err(|_| not_ours("is neither empty nor a clone".into()))?;
+    let repo = Repo::open(dir).map_err(|_| not_ours(CacheMismatch::NotAClone))?;
     match repo.remote_url("origin").map(|u| normalize_remote_url(&u)) {
         Some(id) if id == repository => Ok(()),
-        Some(id) => Err(not_ours(format!("holds a clone of {id}, not {repository}"))),
-        None => Err(not_ours("holds a clone with no origin".into())),
+        Some(found) => Err(not_ours(CacheMismatch::OtherRepository {
+            found,
+            wanted: repository.to_string(),
+        })),
+        None => Err(not_ours(CacheMismatch::NoOrigin)),
     }
 }
 

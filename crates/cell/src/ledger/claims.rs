@@ -80,7 +80,7 @@ pub async fn claim_finding(
         Ok(id) => id,
         Err(e @ ResolveError::KeyReadOnly { .. }) => {
             return Ok(ClaimOutcome::Refused {
-                reason: e.to_string(),
+                reason: metabob_wire::report::with_hint(&e),
             });
         }
         Err(e) => return Err(e),
@@ -115,7 +115,10 @@ pub async fn claim_finding(
                     lines: vec![("reason", format!("lost the claim to {}", winner.holder))],
                 };
                 if let Err(e) = att.resolve(withdraw.to_pointer()).await {
-                    tracing::warn!("withdrawing a lost claim failed ({e}); it lapses by itself");
+                    tracing::warn!(
+                        "withdrawing a lost claim failed ({}); it lapses by itself",
+                        metabob_wire::report::line(&e)
+                    );
                 }
                 ClaimOutcome::Lost { winner }
             }
@@ -148,7 +151,7 @@ async fn renew_by_take(
         Ok(t) => t,
         Err(e @ ResolveError::KeyReadOnly { .. }) => {
             return Ok(Some(ClaimOutcome::Refused {
-                reason: e.to_string(),
+                reason: metabob_wire::report::with_hint(&e),
             }));
         }
         Err(e) => return Err(e),
@@ -194,7 +197,10 @@ async fn write_once_more_on_give_up(
 async fn link(att: &metabob_net::attachment::Attachment, from: &str, finding_concept: &str) {
     let pointer = metabob_wire::verdict::link_pointer(from, finding_concept);
     if let Err(e) = att.resolve(pointer).await {
-        tracing::debug!("linking {from} to {finding_concept} failed: {e}");
+        tracing::debug!(
+            "linking {from} to {finding_concept} failed: {}",
+            metabob_wire::report::line(&e)
+        );
     }
 }
 
@@ -212,7 +218,10 @@ pub async fn ledger_takes(att: &metabob_net::attachment::Attachment) -> bool {
             .and_then(serde_json::Value::as_array)
             .is_some_and(|v| !v.is_empty()),
         Err(e) => {
-            tracing::debug!("asking who takes tasks failed ({e}); claiming by read-back");
+            tracing::debug!(
+                "asking who takes tasks failed ({}); claiming by read-back",
+                metabob_wire::report::line(&e)
+            );
             false
         }
     }

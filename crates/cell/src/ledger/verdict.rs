@@ -18,13 +18,19 @@ pub async fn write(
     let id = super::write_concept(att, nv.to_pointer()).await?;
     let finding = &nv.finding.concept_id;
     if let Err(e) = att.resolve(link_pointer(&id, finding)).await {
-        tracing::debug!("linking verdict {id} failed: {e}");
+        tracing::debug!(
+            "linking verdict {id} failed: {}",
+            metabob_wire::report::line(&e)
+        );
     }
     if let Some(outcome) = nv.kind.credit() {
         let usage = json!({"type": "conceptUsage_write", "usageData": {
             "concept_id": finding, "trace_id": format!("{trace}:{id}"), "outcome": outcome}});
         if let Err(e) = att.resolve(usage).await {
-            tracing::warn!("recording the verdict's relevance failed: {e}");
+            tracing::warn!(
+                "recording the verdict's relevance failed: {}",
+                metabob_wire::report::line(&e)
+            );
         }
     }
     Ok(id)

@@ -4,6 +4,9 @@
 
 use std::path::Path;
 
+use metabob_git::GitError;
+use metabob_wire::report::{self, Hint};
+
 use super::{PullOptions, TaskFailure, withdraw};
 use crate::CellError;
 use crate::ledger::parking::{self};
@@ -39,19 +42,65 @@ pub(super) enum SetUp {
     /// ref or lacks its target: the task is parked.
     Parked(TaskFailure),
     /// The origin could not be reached: the claim was withdrawn, nothing is held against the
-    /// task, and the pull says try later.
-    OriginAway(String),
+    /// task, and the pull says try later. `why` is the line the withdrawal was written with.
+    OriginAway {
+        why: String,
+    },
 }
 
 /// Why a claimed task could not be set up; each cause has one owner of what follows
 /// (anchor: SetupFailure).
 enum SetupFailure {
     /// What the task itself names cannot be had: it is parked.
-    Task(String),
+    Task(TaskFault),
     /// The origin or the network failed: the fleet's outage, waited out.
-    Origin(String),
+    Origin(SetupError),
     /// This cell failed (its disk, its directories): the pull fails, exit 1.
-    Cell(String),
+    Cell(SetupError),
+}
+
+/// A cause of the task's own: what it names cannot be had.
+#[derive(Debug, thiserror::Error)]
+enum TaskFault {
+    #[error("the origin has no branch or tag {name:?} (the task's ref)")]
+    NoRef { name: String },
+    #[error(transparent)]
+    Unplaced(#[from] policy::Unplaced),
+}
+
+impl Hint for TaskFault {
+    fn hint(&self) -> Option<String> {
+        match self {
+            TaskFault::NoRef { .. } => None,
+            TaskFault::Unplaced(e) => e.hint(),
+        }
+    }
+}
+
+/// What failed while setting up a task this cell holds, other than the task itself: the clone
+/// or this cell's own disk.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("the clone stopped")]
+    Stopped(#[source] tokio::task::JoinError),
+    #[error("cloning {origin} failed")]
+    Clone {
+        /// Credentials masked.
+        origin: String,
+        #[source]
+        source: GitError,
+    },
+    #[error(transparent)]
+    Write(#[from] crate::task_file::WriteError),
+}
+
+impl Hint for SetupError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            SetupError::Clone { source, .. } => source.hint(),
+            SetupError::Stopped(_) | SetupError::Write(_) => None,
+        }
+    }
 }
 
 impl Pull<'_> {
@@ -105,22 +154,26 @@ impl Pull<'_> {
         };
         clear(&self.opts.work_dir);
         clear(&self.opts.task_dir);
+        // The reasons go to the ledger: the clone's own error may quote the origin whole,
+        // password and all.
         match failure {
-            SetupFailure::Task(why) => Ok(self.park(f, redact_url_credentials(&why)).await),
-            SetupFailure::Origin(why) => {
-                // The clone's own error may quote the origin whole, password and all.
-                let why = redact_url_credentials(&why);
+            SetupFailure::Task(fault) => {
+                let why = redact_url_credentials(&report::with_hint(&fault));
+                Ok(self.park(f, why).await)
+            }
+            SetupFailure::Origin(e) => {
+                let why = redact_url_credentials(&report::with_hint(&e));
                 tracing::warn!("{why}; the claim on {} goes back, try later", f.id());
                 withdraw(self.att, f, self.me, self.session, &why).await;
-                Ok(SetUp::OriginAway(why))
+                Ok(SetUp::OriginAway { why })
             }
-            SetupFailure::Cell(why) => {
-                let why = redact_url_credentials(&why);
+            SetupFailure::Cell(e) => {
+                let why = redact_url_credentials(&report::with_hint(&e));
                 withdraw(self.att, f, self.me, self.session, &why).await;
-                Err(CellError::Failed(format!(
-                    "{why}; the claim on {} was withdrawn",
-                    f.id()
-                )))
+                Err(CellError::SetUp {
+                    task: f.id().to_string(),
+                    source: e,
+                })
             }
         }
     }
@@ -136,7 +189,11 @@ impl Pull<'_> {
         let written = match parking::park(self.att, f, self.me, self.session, &parked).await {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!("parking {} failed ({e}); withdrawing the claim", f.id());
+                tracing::warn!(
+                    "parking {} failed ({}); withdrawing the claim",
+                    f.id(),
+                    report::line(&e)
+                );
                 false
             }
         };
@@ -202,20 +259,22 @@ impl Setup<'_> {
             )
         })
         .await
-        .map_err(|e| SetupFailure::Cell(format!("the clone stopped: {e}")))?
-        .map_err(|e| match e {
-            // Only what the task names can fail it: its ref here, its target below. A remote or
-            // network that did not answer is waited out; a lasting refusal (trust, credentials)
-            // is this cell's.
-            metabob_git::GitError::RefNotFound(name) => SetupFailure::Task(format!(
-                "the origin has no branch or tag {name:?} (the task's ref)"
-            )),
-            e @ metabob_git::GitError::Clone { lasting: false, .. } => {
-                SetupFailure::Origin(format!("cloning {} failed: {e}", opts.origin))
+        .map_err(|e| SetupFailure::Cell(SetupError::Stopped(e)))?
+        .map_err(|e| {
+            let cloning = |source| SetupError::Clone {
+                origin: redact_url_credentials(&opts.origin),
+                source,
+            };
+            match e {
+                // Only what the task names can fail it: its ref here, its target below. A remote
+                // or network that did not answer is waited out; a lasting refusal (trust,
+                // credentials) is this cell's.
+                GitError::RefNotFound { name } => SetupFailure::Task(TaskFault::NoRef { name }),
+                e @ GitError::Clone { lasting: false, .. } => SetupFailure::Origin(cloning(e)),
+                e => SetupFailure::Cell(cloning(e)),
             }
-            e => SetupFailure::Cell(format!("cloning {} failed: {e}", opts.origin)),
         })?;
-        let placed = placed.map_err(|e| SetupFailure::Task(e.to_string()))?;
+        let placed = placed.map_err(|e| SetupFailure::Task(e.into()))?;
 
         let f = &r.finding;
         let policy = self.policy;
@@ -255,11 +314,12 @@ impl Setup<'_> {
             vessel_id: self.me.to_string(),
         };
         task.write(&opts.task_dir.join("task.json"))
-            .map_err(SetupFailure::Cell)?;
+            .map_err(|e| SetupFailure::Cell(e.into()))?;
         let context = context_md(r, related, &task);
         let path = opts.task_dir.join("context.md");
-        write_atomic(&path, context.as_bytes(), Some(0o600))
-            .map_err(|e| SetupFailure::Cell(format!("writing {}: {e}", path.display())))?;
+        write_atomic(&path, context.as_bytes(), Some(0o600)).map_err(|source| {
+            SetupFailure::Cell(crate::task_file::WriteError::Io { path, source }.into())
+        })?;
         Ok(task)
     }
 }

@@ -45,16 +45,39 @@ enum Failure {
     Unauthorized,
     #[error("the server answered {0}")]
     Status(reqwest::StatusCode),
-    #[error("the server redirects to {0}; use that address as the URL")]
-    Redirect(String),
-    #[error(
-        "the server redirected to {0}, which is not the same repository path; use that address as the URL"
-    )]
-    RedirectElsewhere(String),
+    /// `to` has its credentials masked, as every URL here.
+    #[error("the server redirects to {to}")]
+    Redirect { to: String },
+    #[error("the server redirected to {to}, which is not the same repository path")]
+    RedirectElsewhere { to: String },
     #[error("the request body is over {} MiB, more than a fetch sends", MAX_UPLOAD_BYTES >> 20)]
     UploadTooLarge,
     #[error("the request failed")]
     Request(#[source] reqwest::Error),
+}
+
+impl metabob_wire::report::Hint for Failure {
+    fn hint(&self) -> Option<String> {
+        match self {
+            Failure::Redirect { .. } | Failure::RedirectElsewhere { .. } => {
+                Some("use that address as the URL".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The request's failure `e` is, when it is one: gix keeps it inside the `io::Error` our
+/// transport returned, and `io::Error::source` skips past what it wraps.
+fn failure_of<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Failure> {
+    e.downcast_ref::<io::Error>()
+        .and_then(io::Error::get_ref)
+        .and_then(|inner| inner.downcast_ref::<Failure>())
+}
+
+/// The hint of the request's failure `e` is, if any.
+pub(crate) fn hint_of(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    failure_of(e).and_then(metabob_wire::report::Hint::hint)
 }
 
 /// Whether a clone's error holds a refusal that trying again will not change (anchor:
@@ -65,11 +88,7 @@ enum Failure {
 pub(crate) fn refused_for_good(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(e);
     while let Some(e) = next {
-        let failure = e
-            .downcast_ref::<io::Error>()
-            .and_then(io::Error::get_ref)
-            .and_then(|inner| inner.downcast_ref::<Failure>());
-        if let Some(f) = failure {
+        if let Some(f) = failure_of(e) {
             return match f {
                 Failure::Named(cause) => !matches!(
                     cause,
@@ -83,8 +102,8 @@ pub(crate) fn refused_for_good(e: &(dyn std::error::Error + 'static)) -> bool {
                 Failure::Status(status) => !status.is_server_error(),
                 Failure::Request(_) => false,
                 Failure::Unauthorized
-                | Failure::Redirect(_)
-                | Failure::RedirectElsewhere(_)
+                | Failure::Redirect { .. }
+                | Failure::RedirectElsewhere { .. }
                 | Failure::UploadTooLarge => true,
             };
         }
@@ -351,7 +370,7 @@ impl Pending {
             let base = landed
                 .strip_suffix(self.tail.as_str())
                 .filter(|_| !self.tail.is_empty())
-                .ok_or_else(|| io::Error::other(Failure::RedirectElsewhere(shown)))?;
+                .ok_or_else(|| io::Error::other(Failure::RedirectElsewhere { to: shown }))?;
             *lock(&self.redirected) = Some(base.to_string());
         }
         let status = response.status();
@@ -371,7 +390,7 @@ impl Pending {
                     || "elsewhere".to_string(),
                     metabob_wire::guard::redact_url_credentials,
                 );
-            return Err(io::Error::other(Failure::Redirect(to)));
+            return Err(io::Error::other(Failure::Redirect { to }));
         }
         if !status.is_success() {
             return Err(io::Error::other(Failure::Status(status)));

@@ -12,6 +12,7 @@ use metabob_cell::fix_location::{FixRefused, Located, locate_fix};
 use metabob_cell::ledger::verdict;
 use metabob_git::Repo;
 use metabob_wire::finding::Finding;
+use metabob_wire::report;
 use metabob_wire::util::rfc3339_ms;
 use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 
@@ -114,7 +115,8 @@ fn judge_fix(
 ) -> Result<Judged, Reply> {
     let repo = Repo::discover(ws).map_err(|e| {
         Reply::error(format!(
-            "mark_complete: git did not answer ({e}); nothing was recorded, try again"
+            "mark_complete: git did not answer ({}); nothing was recorded, try again",
+            report::with_hint(&e)
         ))
     })?;
     let files = match &repo {
@@ -129,11 +131,12 @@ fn judge_fix(
     };
     match locate_fix(repo.as_ref(), finding, &files, fix_commit) {
         Ok(Located::Verdict { kind, lines, note }) => Ok(Judged { kind, lines, note }),
-        Ok(Located::NoVerdict(why)) => Err(not_applied(&why)),
+        Ok(Located::NoVerdict { why }) => Err(not_applied(&why)),
         Err(e @ FixRefused::Git(_)) => Err(Reply::error(format!(
-            "mark_complete: {e}; nothing was recorded"
+            "mark_complete: {}; nothing was recorded",
+            report::with_hint(&e)
         ))),
-        Err(e) => Err(not_applied(&e)),
+        Err(e) => Err(not_applied(&report::with_hint(&e))),
     }
 }
 

@@ -9,6 +9,7 @@ use crate::store::Seed;
 use metabob_git::Repo;
 use metabob_git::cochange::mine_cochanges;
 use metabob_index::{Index, IndexOptions};
+use metabob_wire::report;
 
 pub const NO_SERVER_ANALYSIS: &str = "There is no server-side analysis: this server sends no \
     workspace content off the machine, so every finding here was recorded by an agent.";
@@ -79,11 +80,11 @@ pub(super) fn cochanges(
     threshold: f64,
 ) -> Result<metabob_git::cochange::CochangeReport, String> {
     let repo = Repo::discover(ws)
-        .map_err(|e| format!("git did not answer ({e})"))?
+        .map_err(|e| format!("git did not answer ({})", report::with_hint(&e)))?
         .ok_or_else(|| "not a git repository, so there is no history to mine".to_string())?;
     let mapped = repo.workspace_paths(ws, files);
     let (report, unsaved) = mine_cochanges(&repo, cache.as_deref(), &mapped, limit, threshold)
-        .map_err(|e| format!("git: {e}"))?;
+        .map_err(|e| format!("git: {}", report::with_hint(&e)))?;
     if let Some(e) = unsaved {
         tracing::debug!("the co-change index was not saved: {e}");
     }
