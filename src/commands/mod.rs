@@ -165,23 +165,39 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<(), crate::error::
 
 /// A cell command's failure as the CLI reports it: exit 2 for the attachment, 1 otherwise.
 pub(crate) fn cell_error(context: &str, e: metabob_cell::CellError) -> crate::error::CliError {
-    use crate::error::CliError;
+    use crate::error::{CliError, Exit};
     use metabob_cell::CellError;
     match e {
-        CellError::NotAttached(cause) => CliError::not_attached(cause.to_string()),
+        CellError::NotAttached(cause) => CliError::from(cause).exit(Exit::NotAttached),
         // Met partway, a lost attachment is still "not attached": the caller's exit code must
         // not depend on when the key was revoked or the ledger went away.
         CellError::Ledger(e) if e.is_detachment() => {
-            CliError::not_attached(format!("{context}: not attached: {e}"))
-                .hint("nothing more was sent (diagnose with `metabob-mcp attach --check`)")
+            let hint = hint_then(
+                &e,
+                "nothing more was sent (diagnose with `metabob-mcp attach --check`)",
+            );
+            CliError::caused_by(&format!("{context}: not attached"), e)
+                .exit(Exit::NotAttached)
+                .hint(hint)
         }
         // Exit 2 as for an outage, so that whoever waits out the one waits out the other.
         CellError::Ledger(e) if e.is_unavailable() => {
-            CliError::not_attached(format!("{context}: the ledger is unavailable for now: {e}"))
-                .hint("try again shortly")
+            let hint = hint_then(&e, "try again shortly");
+            CliError::caused_by(&format!("{context}: the ledger is unavailable for now"), e)
+                .exit(Exit::NotAttached)
+                .hint(hint)
         }
+        CellError::Ledger(e) => CliError::caused_by(&format!("{context}: the ledger"), e),
         // The guard's refusal already names the command it refused for.
         CellError::Outgoing(refusal) => CliError::failure(refusal.to_string()),
         other => CliError::failure(format!("{context}: {other}")),
+    }
+}
+
+/// `e`'s own hint, then what the command adds to it.
+fn hint_then(e: &impl metabob_wire::report::Hint, more: &str) -> String {
+    match e.hint() {
+        Some(own) => metabob_wire::report::join(own, Some(more)),
+        None => more.to_string(),
     }
 }

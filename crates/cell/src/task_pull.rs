@@ -277,7 +277,7 @@ pub async fn run(opts: PullOptions, mut env: Env) -> Result<PullReport, CellErro
             Some(view) => Ok(related::in_view(view, &r)),
             None => related::on_files(&att, &aliases, &r)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(|e| metabob_wire::report::with_hint(&e)),
         };
         // One task a pull: a task that fails ends the pull with its own status, so the
         // entrypoint sees every failure and can tell a poison queue from a broken cell.
