@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::{CA_CN, Pki, closed_port, s_server};
-use metabob_net::{NetCause, NetClient, Request, Retry, RouteReason, Url};
+use metabob_net::{BadProxy, NetCause, NetClient, Request, Retry, RouteReason, Target, Url};
 use metabob_wire::env::Env;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -290,7 +290,12 @@ async fn closed_connection_is_connection_reset_and_retried() {
         .send(Request::get(target.clone()))
         .await
         .expect_err("no answer");
-    assert_eq!(err.cause, NetCause::ConnectionReset("127.0.0.1".into()));
+    assert_eq!(
+        err.cause,
+        NetCause::ConnectionReset {
+            host: "127.0.0.1".into()
+        }
+    );
     assert!(err.to_string().starts_with("connection_reset(127.0.0.1)"));
     assert_eq!(
         log.lock().expect("log lock").len(),
@@ -339,7 +344,7 @@ async fn closed_port_is_connect_refused() {
         .expect_err("nothing listens");
     assert_eq!(
         err.cause,
-        NetCause::ConnectRefused(format!("127.0.0.1:{port}"))
+        NetCause::ConnectRefused(Target::new("127.0.0.1", port))
     );
 }
 
@@ -393,7 +398,7 @@ async fn silent_tunnel_or_handshake_is_connect_timeout() {
         .expect_err("no tunnel");
     assert_eq!(
         err.cause,
-        NetCause::ConnectTimeout(format!("127.0.0.1:{pport}"))
+        NetCause::ConnectTimeout(Target::new("127.0.0.1", pport))
     );
 
     // A listener that never speaks TLS: the handshake falls inside the connect budget too.
@@ -404,7 +409,7 @@ async fn silent_tunnel_or_handshake_is_connect_timeout() {
         .expect_err("no handshake");
     assert_eq!(
         err.cause,
-        NetCause::ConnectTimeout(format!("127.0.0.1:{port}"))
+        NetCause::ConnectTimeout(Target::new("127.0.0.1", port))
     );
 }
 
@@ -418,7 +423,12 @@ async fn untrusted_ca_is_tls_intercepted_naming_it() {
         .send(Request::get(url(&format!("https://127.0.0.1:{port}/"))))
         .await
         .expect_err("the CA is unknown");
-    assert_eq!(err.cause, NetCause::TlsIntercepted(CA_CN.into()));
+    assert_eq!(
+        err.cause,
+        NetCause::TlsIntercepted {
+            issuer: CA_CN.into()
+        }
+    );
     assert!(
         err.to_string()
             .starts_with(&format!("tls_intercepted({CA_CN})"))
@@ -452,7 +462,12 @@ async fn trusted_cert_for_another_name_is_name_mismatch() {
         .send(Request::get(url(&format!("https://127.0.0.1:{port}/"))))
         .await
         .expect_err("wrong name");
-    assert_eq!(err.cause, NetCause::TlsNameMismatch("127.0.0.1".into()));
+    assert_eq!(
+        err.cause,
+        NetCause::TlsNameMismatch {
+            host: "127.0.0.1".into()
+        }
+    );
 }
 
 // ---- proxies ----
@@ -584,7 +599,7 @@ async fn proxy_5xx_to_connect_is_retried_then_anchor_unreachable() {
         .expect_err("502");
     assert_eq!(
         err.cause,
-        NetCause::AnchorUnreachable("ledger.example:443".into())
+        NetCause::AnchorUnreachable(Target::new("ledger.example", 443))
     );
     assert_eq!(log.lock().expect("log lock").len(), 3);
 
@@ -619,7 +634,12 @@ async fn unsupported_proxy_scheme() {
         .send(Request::get(url("https://ledger.example/")))
         .await
         .expect_err("socks");
-    assert_eq!(err.cause, NetCause::ProxyUnsupported("socks5".into()));
+    assert_eq!(
+        err.cause,
+        NetCause::ProxyUnsupported(BadProxy::Scheme {
+            scheme: "socks5".into()
+        })
+    );
     assert!(err.to_string().starts_with("proxy_unsupported(socks5)"));
 }
 

@@ -168,23 +168,36 @@ pub(crate) fn cell_error(context: &str, e: metabob_cell::CellError) -> crate::er
     use crate::error::{CliError, Exit};
     use metabob_cell::CellError;
     match e {
-        // The attachment's cause is the whole line: it names what to check.
-        e @ CellError::NotAttached(_) => CliError::from(e).exit(Exit::NotAttached),
+        CellError::NotAttached(cause) => CliError::from(cause).exit(Exit::NotAttached),
         // Met partway, a lost attachment is still "not attached": the caller's exit code must
         // not depend on when the key was revoked or the ledger went away.
         CellError::Ledger(e) if e.is_detachment() => {
+            let hint = hint_then(
+                &e,
+                "nothing more was sent (diagnose with `metabob-mcp attach --check`)",
+            );
             CliError::caused_by(&format!("{context}: not attached"), e)
                 .exit(Exit::NotAttached)
-                .hint("nothing more was sent (diagnose with `metabob-mcp attach --check`)")
+                .hint(hint)
         }
         // Exit 2 as for an outage, so that whoever waits out the one waits out the other.
         CellError::Ledger(e) if e.is_unavailable() => {
+            let hint = hint_then(&e, "try again shortly");
             CliError::caused_by(&format!("{context}: the ledger is unavailable for now"), e)
                 .exit(Exit::NotAttached)
-                .hint("try again shortly")
+                .hint(hint)
         }
+        CellError::Ledger(e) => CliError::caused_by(&format!("{context}: the ledger"), e),
         // The guard's refusal already names the command it refused for.
         CellError::Outgoing(refusal) => CliError::from(refusal),
         other => CliError::caused_by(context, other),
+    }
+}
+
+/// `e`'s own hint, then what the command adds to it.
+fn hint_then(e: &impl metabob_wire::report::Hint, more: &str) -> String {
+    match e.hint() {
+        Some(own) => metabob_wire::report::join(own, Some(more)),
+        None => more.to_string(),
     }
 }

@@ -150,6 +150,7 @@ impl Hint for CellError {
                 and_then(e.hint(), unwritten())
             }
             CellError::Ledger(e) | CellError::KeyRefused(e) => e.hint(),
+            CellError::NotAttached(cause) => cause.hint(),
             CellError::Outgoing(e) => e.hint(),
             CellError::Origin(e) => e.hint(),
             CellError::SetUp { task, source } => {
@@ -168,9 +169,8 @@ impl Hint for CellError {
                     .into(),
             ),
             CellError::NotInWindow { .. } => Some("pass its concept id instead".into()),
-            // The attachment's cause and a refused draft say all they have in their line.
-            CellError::NotAttached(_)
-            | CellError::Draft(_)
+            // A refused draft and the rest say all they have in their line.
+            CellError::Draft(_)
             | CellError::Unreadable { .. }
             | CellError::CommitMissing { .. }
             | CellError::NoTargetBranch { .. }

@@ -55,7 +55,8 @@ impl Forwarder {
                     shape: shape.to_string(),
                     timeout_ms: timeout.as_millis() as u64,
                 }),
-                cause => Err(unreachable(cause.to_string())),
+                // The client reads this line as the producer's cause, advice and all.
+                cause => Err(unreachable(metabob_wire::report::with_hint(&cause))),
             },
         }
     }

@@ -19,7 +19,10 @@ pub enum Unhealthy {
         url: String,
         source: metabob_net::UrlError,
     },
-    #[error("{url}/health did not answer: {cause}")]
+    #[error(
+        "{url}/health did not answer: {}",
+        metabob_wire::report::with_hint(cause)
+    )]
     NoAnswer { url: String, cause: NetCause },
     #[error("{url}/health answered HTTP {status}, not the ledger's {{\"status\":\"ok\"}}")]
     NotOk { url: String, status: u16 },

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout_at};
 use tokio_rustls::TlsConnector;
 
-use super::cause::{NetCause, NetError};
+use super::cause::{NetCause, NetError, Portal, Target};
 use super::proxy::{Hop, ProxyDiagnosis, ProxySettings, Route, RouteReason};
 use super::tls::{self, TlsInfo};
 use super::url::{Scheme, Url};
@@ -331,7 +331,7 @@ impl NetClient {
         let connect_deadline = (Instant::now() + self.inner.connect_budget).min(deadline);
         let (stream, tls) = timeout_at(connect_deadline, self.connect(&req.url, hop))
             .await
-            .map_err(|_| Failure::fatal(NetCause::ConnectTimeout(first.host_port())))??;
+            .map_err(|_| Failure::fatal(NetCause::ConnectTimeout(first.target())))??;
         let ms = req.budget.as_millis() as u64;
         let exchanged = timeout_at(deadline, exchange(stream, req, hop, &first.host)).await;
         let (status, headers, body) = match exchanged {
@@ -401,7 +401,7 @@ impl NetClient {
     ) -> Result<(BoxIo, TlsInfo), Failure> {
         let (config, seen) = tls::config_for_handshake(self.verifier());
         let Ok(name) = ServerName::try_from(peer.host.clone()) else {
-            return Err(Failure::fatal(NetCause::TlsFailed(peer.host_port())));
+            return Err(Failure::fatal(NetCause::TlsFailed(peer.target())));
         };
         let result = TlsConnector::from(config).connect(name, stream).await;
         let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -418,15 +418,14 @@ impl NetClient {
                     .and_then(|inner| inner.downcast_ref::<rustls::Error>())
                     .is_some_and(|r| matches!(r, rustls::Error::InvalidMessage(_)));
                 let cause = if seen.error.is_some() {
-                    tls::classify_handshake(&seen, &peer.host, &peer.host_port())
+                    tls::classify_handshake(&seen, &peer.target())
                 } else if tunneled && not_tls {
-                    NetCause::BlockedByPortal(format!(
-                        "the proxy opened a tunnel to {} and then answered with something that is not TLS",
-                        peer.host_port()
-                    ))
+                    NetCause::BlockedByPortal(Portal::NotTlsInTunnel {
+                        target: peer.target(),
+                    })
                 } else {
                     tracing::debug!(peer = %peer.host_port(), "TLS handshake failed: {e}");
-                    NetCause::TlsFailed(peer.host_port())
+                    NetCause::TlsFailed(peer.target())
                 };
                 Err(Failure {
                     cause,
@@ -439,7 +438,7 @@ impl NetClient {
 }
 
 async fn tcp_connect(first: &Url) -> Result<TcpStream, Failure> {
-    let hp = first.host_port();
+    let hop = first.target();
     let addrs: Vec<_> = match tokio::net::lookup_host((first.host.as_str(), first.port)).await {
         Ok(addrs) => addrs.collect(),
         Err(e) => {
@@ -448,7 +447,9 @@ async fn tcp_connect(first: &Url) -> Result<TcpStream, Failure> {
         }
     };
     if addrs.is_empty() {
-        return Err(Failure::fatal(NetCause::DnsFailed(first.host.clone())));
+        return Err(Failure::fatal(NetCause::DnsFailed {
+            host: first.host.clone(),
+        }));
     }
     let mut last = None;
     for addr in addrs {
@@ -462,9 +463,9 @@ async fn tcp_connect(first: &Url) -> Result<TcpStream, Failure> {
         }
     }
     let cause = match last.map(|e| e.kind()) {
-        Some(std::io::ErrorKind::ConnectionRefused) => NetCause::ConnectRefused(hp),
-        Some(std::io::ErrorKind::TimedOut) => NetCause::ConnectTimeout(hp),
-        _ => NetCause::AnchorUnreachable(hp),
+        Some(std::io::ErrorKind::ConnectionRefused) => NetCause::ConnectRefused(hop),
+        Some(std::io::ErrorKind::TimedOut) => NetCause::ConnectTimeout(hop),
+        _ => NetCause::AnchorUnreachable(hop),
     };
     Err(Failure::fatal(cause))
 }
@@ -493,14 +494,17 @@ async fn open_tunnel(mut stream: BoxIo, target: &Url, proxy: &Url) -> Result<Box
         head.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
     }
     head.push_str("\r\n");
-    let reset = |_| Failure::transient(NetCause::ConnectionReset(proxy.host.clone()));
+    let reset_cause = || NetCause::ConnectionReset {
+        host: proxy.host.clone(),
+    };
+    let reset = |_| Failure::transient(reset_cause());
     stream.write_all(head.as_bytes()).await.map_err(reset)?;
     stream.flush().await.map_err(reset)?;
 
     let not_http = || {
-        Failure::fatal(NetCause::BlockedByPortal(format!(
-            "the proxy answered CONNECT {hp} with something that is not HTTP"
-        )))
+        Failure::fatal(NetCause::BlockedByPortal(Portal::ConnectNotHttp {
+            target: target.target(),
+        }))
     };
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -517,7 +521,7 @@ async fn open_tunnel(mut stream: BoxIo, target: &Url, proxy: &Url) -> Result<Box
         let n = stream.read(&mut chunk).await.map_err(reset)?;
         if n == 0 {
             return Err(if buf.is_empty() || buf.starts_with(b"HTTP/") {
-                Failure::transient(NetCause::ConnectionReset(proxy.host.clone()))
+                Failure::transient(reset_cause())
             } else {
                 not_http()
             });
@@ -539,9 +543,11 @@ async fn open_tunnel(mut stream: BoxIo, target: &Url, proxy: &Url) -> Result<Box
 
     match status {
         200..=299 if !leftover => Ok(stream),
-        200..=299 => Err(Failure::fatal(NetCause::BlockedByPortal(format!(
-            "the proxy accepted CONNECT {hp} and then sent a page of its own instead of a tunnel"
-        )))),
+        200..=299 => Err(Failure::fatal(NetCause::BlockedByPortal(
+            Portal::PageAfterConnect {
+                target: target.target(),
+            },
+        ))),
         // Only the proxy can answer CONNECT, so a 401 is its own too: tinyproxy 1.11 answers
         // rejected credentials that way, with WWW-Authenticate instead of Proxy-Authenticate.
         401 | 407 => Err(Failure::fatal(NetCause::ProxyAuthRequired {
@@ -551,7 +557,9 @@ async fn open_tunnel(mut stream: BoxIo, target: &Url, proxy: &Url) -> Result<Box
         403 | 405 if target.port != 443 => {
             Err(Failure::fatal(NetCause::ProxyPortBlocked(target.port)))
         }
-        500..=599 => Err(Failure::transient(NetCause::AnchorUnreachable(hp))),
+        500..=599 => Err(Failure::transient(NetCause::AnchorUnreachable(
+            target.target(),
+        ))),
         _ => {
             let has_page = leftover
                 || headers.iter().any(|(k, v)| {
@@ -560,11 +568,12 @@ async fn open_tunnel(mut stream: BoxIo, target: &Url, proxy: &Url) -> Result<Box
                         || k == "transfer-encoding"
                 });
             Err(Failure::fatal(if has_page {
-                NetCause::BlockedByPortal(format!(
-                    "the proxy answered CONNECT {hp} with {status} and a page of its own"
-                ))
+                NetCause::BlockedByPortal(Portal::ConnectPage {
+                    target: target.target(),
+                    status,
+                })
             } else {
-                NetCause::AnchorUnreachable(hp)
+                NetCause::AnchorUnreachable(target.target())
             }))
         }
     }
@@ -606,7 +615,7 @@ async fn exchange(
     first_host: &str,
 ) -> Result<Parts, Failure> {
     let url = &req.url;
-    let fail = |e: hyper::Error| classify_hyper(e, first_host, &url.host_port());
+    let fail = |e: hyper::Error| classify_hyper(e, first_host, &url.target());
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream))
             .await
@@ -650,7 +659,7 @@ async fn exchange(
     let body = Full::new(Bytes::from(req.body.clone().unwrap_or_default()));
     let request = builder.body(body).map_err(|e| {
         tracing::warn!("request for {url} could not be built: {e}");
-        Failure::fatal(NetCause::AnchorUnreachable(url.host_port()))
+        Failure::fatal(NetCause::AnchorUnreachable(url.target()))
     })?;
 
     let resp = sender.send_request(request).await.map_err(fail)?;
@@ -694,12 +703,12 @@ async fn exchange(
 
 /// Names a hyper failure: garbage instead of HTTP is a portal's doing, a cut connection is
 /// a reset (worth retrying), anything else leaves the target unreached.
-fn classify_hyper(e: hyper::Error, first_host: &str, host_port: &str) -> Failure {
-    tracing::debug!(target_host = host_port, "HTTP exchange failed: {e}");
+fn classify_hyper(e: hyper::Error, first_host: &str, target: &Target) -> Failure {
+    tracing::debug!(target_host = %target, "HTTP exchange failed: {e}");
     if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
-        return Failure::fatal(NetCause::BlockedByPortal(format!(
-            "the answer from {host_port} is not HTTP"
-        )));
+        return Failure::fatal(NetCause::BlockedByPortal(Portal::NotHttp {
+            target: target.clone(),
+        }));
     }
     let io_reset = std::error::Error::source(&e)
         .and_then(|s| s.downcast_ref::<std::io::Error>())
@@ -711,7 +720,9 @@ fn classify_hyper(e: hyper::Error, first_host: &str, host_port: &str) -> Failure
             )
         });
     if e.is_incomplete_message() || e.is_canceled() || e.is_closed() || io_reset {
-        return Failure::transient(NetCause::ConnectionReset(first_host.to_string()));
+        return Failure::transient(NetCause::ConnectionReset {
+            host: first_host.to_string(),
+        });
     }
-    Failure::fatal(NetCause::AnchorUnreachable(host_port.to_string()))
+    Failure::fatal(NetCause::AnchorUnreachable(target.clone()))
 }

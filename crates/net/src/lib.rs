@@ -14,7 +14,7 @@ pub mod serve;
 mod tls;
 mod url;
 
-pub use cause::{NetCause, NetError};
+pub use cause::{BadProxy, NetCause, NetError, Portal, Target};
 pub use client::{
     DEFAULT_CONNECT_BUDGET, DEFAULT_RESPONSE_BUDGET, MAX_BODY_BYTES, Method, NetClient,
     RETRY_DELAYS, Request, Response, Retry,
@@ -23,4 +23,4 @@ pub use proxy::{ProxyDiagnosis, Route, RouteReason};
 pub use tls::TlsInfo;
 pub use tls::TlsWitness;
 pub use tls::git_ca_bundle;
-pub use url::{Scheme, Url, UrlError};
+pub use url::{Malformed, Scheme, Url, UrlError};

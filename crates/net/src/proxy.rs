@@ -4,7 +4,7 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use super::cause::NetCause;
+use super::cause::{BadProxy, NetCause};
 use super::url::{Scheme, Url, UrlError};
 use metabob_wire::env::Env;
 use metabob_wire::guard::redact_url_credentials;
@@ -14,8 +14,10 @@ use metabob_wire::guard::redact_url_credentials;
 pub enum RouteReason {
     Proxy,
     Loopback,
-    /// The NO_PROXY entry that matched.
-    NoProxy(String),
+    NoProxy {
+        /// The NO_PROXY entry that matched, as written.
+        entry: String,
+    },
     NoneConfigured,
     /// Only HTTPS_PROXY is set and the target is plain http, which it does not cover.
     HttpProxyUnset,
@@ -26,7 +28,7 @@ impl fmt::Display for RouteReason {
         match self {
             RouteReason::Proxy => f.write_str("through a proxy"),
             RouteReason::Loopback => f.write_str("direct (loopback)"),
-            RouteReason::NoProxy(e) => write!(f, "direct (NO_PROXY entry {e})"),
+            RouteReason::NoProxy { entry } => write!(f, "direct (NO_PROXY entry {entry})"),
             RouteReason::NoneConfigured => f.write_str("direct (no proxy configured)"),
             RouteReason::HttpProxyUnset => {
                 f.write_str("direct (HTTP_PROXY unset; HTTPS_PROXY covers https targets only)")
@@ -71,8 +73,13 @@ pub struct ProxyDiagnosis {
 enum NoProxyEntry {
     Any,
     /// A host name or IP literal; a name also covers its subdomains.
-    Host(String),
-    HostPort(String, u16),
+    Host {
+        name: String,
+    },
+    HostPort {
+        name: String,
+        port: u16,
+    },
     Cidr(Ipv4Addr, u8),
 }
 
@@ -96,28 +103,30 @@ impl NoProxyEntry {
             .to_string();
         if let Some(rest) = e.strip_prefix('[') {
             let (host, after) = rest.split_once(']')?;
+            let name = host.to_string();
             return Some(match after.strip_prefix(':').and_then(|p| p.parse().ok()) {
-                Some(port) => NoProxyEntry::HostPort(host.to_string(), port),
-                None => NoProxyEntry::Host(host.to_string()),
+                Some(port) => NoProxyEntry::HostPort { name, port },
+                None => NoProxyEntry::Host { name },
             });
         }
         // More than one ':' is a bare IPv6 literal, which cannot carry a port unbracketed.
         if e.matches(':').count() == 1 {
             let (host, port) = e.split_once(':')?;
+            let name = host.to_string();
             return Some(match port.parse() {
-                Ok(port) => NoProxyEntry::HostPort(host.to_string(), port),
-                Err(_) => NoProxyEntry::Host(host.to_string()),
+                Ok(port) => NoProxyEntry::HostPort { name, port },
+                Err(_) => NoProxyEntry::Host { name },
             });
         }
-        Some(NoProxyEntry::Host(e))
+        Some(NoProxyEntry::Host { name: e })
     }
 
     fn matches(&self, host: &str, port: u16) -> bool {
         let host = host.trim_end_matches('.');
         match self {
             NoProxyEntry::Any => true,
-            NoProxyEntry::Host(h) => host_matches(h, host),
-            NoProxyEntry::HostPort(h, p) => *p == port && host_matches(h, host),
+            NoProxyEntry::Host { name } => host_matches(name, host),
+            NoProxyEntry::HostPort { name, port: p } => *p == port && host_matches(name, host),
             NoProxyEntry::Cidr(net, bits) => match host.parse::<Ipv4Addr>() {
                 Ok(ip) => {
                     let mask = if *bits == 0 {
@@ -176,7 +185,9 @@ impl ProxySettings {
             .collect();
         if https_proxy.is_some() || http_proxy.is_some() {
             for lo in ["localhost", "127.0.0.1", "::1"] {
-                let entry = NoProxyEntry::Host(lo.to_string());
+                let entry = NoProxyEntry::Host {
+                    name: lo.to_string(),
+                };
                 if !no_proxy.iter().any(|(_, e)| *e == entry) {
                     no_proxy.push((lo.to_string(), entry));
                 }
@@ -213,7 +224,9 @@ impl ProxySettings {
         {
             return Ok((
                 Hop::Direct,
-                Route::direct(RouteReason::NoProxy(written.clone())),
+                Route::direct(RouteReason::NoProxy {
+                    entry: written.clone(),
+                }),
             ));
         }
         let proxy = parse_proxy(raw)?;
@@ -247,11 +260,13 @@ pub(crate) fn parse_proxy(raw: &str) -> Result<Url, NetCause> {
     } else {
         format!("http://{raw}")
     };
-    Url::parse(&with_scheme).map_err(|e| match e {
-        UrlError::UnsupportedScheme(s) => NetCause::ProxyUnsupported(s),
-        UrlError::Invalid(_) => {
-            NetCause::ProxyUnsupported(format!("unparseable {}", redact_url_credentials(raw)))
-        }
+    Url::parse(&with_scheme).map_err(|e| {
+        NetCause::ProxyUnsupported(match e {
+            UrlError::UnsupportedScheme { scheme } => BadProxy::Scheme { scheme },
+            UrlError::Invalid(_) => BadProxy::Unparseable {
+                setting: redact_url_credentials(raw),
+            },
+        })
     })
 }
 
@@ -400,7 +415,9 @@ mod tests {
         ];
         assert_eq!(
             route(&vars, "https://api.hub.corp").expect("ok"),
-            Route::direct(RouteReason::NoProxy(".hub.corp".into()))
+            Route::direct(RouteReason::NoProxy {
+                entry: ".hub.corp".into()
+            })
         );
     }
 
@@ -412,12 +429,14 @@ mod tests {
         );
         assert_eq!(
             parse_proxy("socks5://p:1080"),
-            Err(NetCause::ProxyUnsupported("socks5".into()))
+            Err(NetCause::ProxyUnsupported(BadProxy::Scheme {
+                scheme: "socks5".into()
+            }))
         );
         let err = route(&[("HTTPS_PROXY", "socks5h://p:1")], "https://l.example").expect_err("bad");
         assert_eq!(err.token(), "proxy_unsupported");
         assert!(
-            matches!(parse_proxy("http://u:pw@:1"), Err(NetCause::ProxyUnsupported(s)) if !s.contains("pw"))
+            matches!(parse_proxy("http://u:pw@:1"), Err(NetCause::ProxyUnsupported(BadProxy::Unparseable { setting })) if !setting.contains("pw"))
         );
     }
 }

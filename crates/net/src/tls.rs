@@ -12,7 +12,7 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
-use super::cause::NetCause;
+use super::cause::{NetCause, Target};
 use metabob_wire::env::Env;
 
 /// What TLS saw on the way to a target.
@@ -221,10 +221,10 @@ impl TlsWitness {
 
     /// The named cause when the verifier refused the chain it was shown; `None` when it
     /// accepted every chain (or saw none), so the failure lies elsewhere.
-    pub fn refusal(&self, host: &str, host_port: &str) -> Option<NetCause> {
+    pub fn refusal(&self, target: &Target) -> Option<NetCause> {
         let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
         seen.error.as_ref()?;
-        Some(classify_handshake(&seen, host, host_port))
+        Some(classify_handshake(&seen, target))
     }
 }
 
@@ -236,13 +236,13 @@ pub fn config_for_transport(base: &Arc<WebPkiServerVerifier>) -> (ClientConfig, 
 }
 
 // anchor: classify-tls
-/// Names a failed handshake from what the verifier saw; `host_port` is the target's.
-pub(crate) fn classify_handshake(seen: &Seen, host: &str, host_port: &str) -> NetCause {
+/// Names a failed handshake with `target` from what the verifier saw.
+pub(crate) fn classify_handshake(seen: &Seen, target: &Target) -> NetCause {
     use CertificateError as C;
     match &seen.error {
-        Some(C::NotValidForName | C::NotValidForNameContext { .. }) => {
-            NetCause::TlsNameMismatch(host.to_string())
-        }
+        Some(C::NotValidForName | C::NotValidForNameContext { .. }) => NetCause::TlsNameMismatch {
+            host: target.host.clone(),
+        },
         #[allow(deprecated)]
         Some(
             C::UnknownIssuer
@@ -250,12 +250,13 @@ pub(crate) fn classify_handshake(seen: &Seen, host: &str, host_port: &str) -> Ne
             | C::UnsupportedSignatureAlgorithm
             | C::UnsupportedSignatureAlgorithmContext { .. }
             | C::UnsupportedSignatureAlgorithmForPublicKeyContext { .. },
-        ) => NetCause::TlsIntercepted(
-            seen.issuer
+        ) => NetCause::TlsIntercepted {
+            issuer: seen
+                .issuer
                 .clone()
                 .unwrap_or_else(|| "unknown issuer".into()),
-        ),
-        _ => NetCause::TlsFailed(host_port.to_string()),
+        },
+        _ => NetCause::TlsFailed(target.clone()),
     }
 }
 

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::cause::Target;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scheme {
     Http,
@@ -31,11 +33,41 @@ impl Scheme {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum UrlError {
-    #[error("unsupported URL scheme {0}: only http and https are spoken")]
-    UnsupportedScheme(String),
+    #[error("unsupported URL scheme {scheme}: only http and https are spoken")]
+    UnsupportedScheme { scheme: String },
     #[error("invalid URL: {0}")]
-    Invalid(String),
+    Invalid(#[from] Malformed),
 }
+
+/// What is wrong with a URL that does not parse. Nothing here holds a password: the input is
+/// kept only with its credentials masked, and a bad escape in them is not quoted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    /// `input` has its credentials masked.
+    #[error("{input:?} has no scheme")]
+    NoScheme { input: String },
+    #[error("the path contains whitespace")]
+    PathWhitespace,
+    #[error("unclosed '[' in the host")]
+    UnclosedBracket,
+    #[error("{host:?} is not an IPv6 address")]
+    NotIpv6 { host: String },
+    #[error("junk after the IPv6 host")]
+    AfterIpv6,
+    #[error("the host is empty")]
+    EmptyHost,
+    #[error("{host:?} is not a host name")]
+    NotAHost { host: String },
+    #[error("{port:?} is not a port")]
+    NotAPort { port: String },
+    #[error("a bad %-escape in the credentials")]
+    BadEscape,
+    #[error("credentials are not UTF-8")]
+    CredentialsNotUtf8,
+}
+
+// Both say what is wrong with the text; neither has advice of its own to give.
+impl metabob_wire::report::Hint for UrlError {}
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Url {
@@ -53,15 +85,19 @@ impl Url {
     pub fn parse(input: &str) -> Result<Url, UrlError> {
         let s = input.trim();
         let Some((scheme, rest)) = s.split_once("://") else {
-            return Err(UrlError::Invalid(format!(
-                "{:?} has no scheme",
-                metabob_wire::guard::redact_url_credentials(s)
-            )));
+            return Err(Malformed::NoScheme {
+                input: metabob_wire::guard::redact_url_credentials(s),
+            }
+            .into());
         };
         let scheme = match scheme.to_ascii_lowercase().as_str() {
             "http" => Scheme::Http,
             "https" => Scheme::Https,
-            other => return Err(UrlError::UnsupportedScheme(other.to_string())),
+            other => {
+                return Err(UrlError::UnsupportedScheme {
+                    scheme: other.to_string(),
+                });
+            }
         };
         let rest = rest.split('#').next().unwrap_or_default();
         let split = rest.find(['/', '?']).unwrap_or(rest.len());
@@ -72,7 +108,7 @@ impl Url {
             Some(_) => tail.to_string(),
         };
         if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(UrlError::Invalid("the path contains whitespace".into()));
+            return Err(Malformed::PathWhitespace.into());
         }
         // The last '@' separates credentials: a password may itself contain an unencoded '@'.
         let (userinfo, hostport) = match authority.rfind('@') {
@@ -91,17 +127,17 @@ impl Url {
         };
         let (host, port_str) = if let Some(after) = hostport.strip_prefix('[') {
             let Some((h, after)) = after.split_once(']') else {
-                return Err(UrlError::Invalid("unclosed '[' in the host".into()));
+                return Err(Malformed::UnclosedBracket.into());
             };
             if h.parse::<Ipv6Addr>().is_err() {
-                return Err(UrlError::Invalid(format!("{h:?} is not an IPv6 address")));
+                return Err(Malformed::NotIpv6 {
+                    host: h.to_string(),
+                }
+                .into());
             }
             let port = match after {
                 "" => None,
-                p => Some(
-                    p.strip_prefix(':')
-                        .ok_or_else(|| UrlError::Invalid("junk after the IPv6 host".into()))?,
-                ),
+                p => Some(p.strip_prefix(':').ok_or(Malformed::AfterIpv6)?),
             };
             (h.to_ascii_lowercase(), port)
         } else {
@@ -111,22 +147,23 @@ impl Url {
             }
         };
         if host.is_empty() {
-            return Err(UrlError::Invalid("the host is empty".into()));
+            return Err(Malformed::EmptyHost.into());
         }
         if host
             .chars()
             .any(|c| c.is_whitespace() || c.is_control() || "/\\@[]<>\"".contains(c))
         {
-            return Err(UrlError::Invalid(format!("{host:?} is not a host name")));
+            return Err(Malformed::NotAHost { host }.into());
         }
-        let port = match port_str {
-            None | Some("") => scheme.default_port(),
-            Some(p) => p
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p != 0)
-                .ok_or_else(|| UrlError::Invalid(format!("{p:?} is not a port")))?,
-        };
+        let port =
+            match port_str {
+                None | Some("") => scheme.default_port(),
+                Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                    Malformed::NotAPort {
+                        port: p.to_string(),
+                    }
+                })?,
+            };
         Ok(Url {
             scheme,
             username,
@@ -168,7 +205,12 @@ impl Url {
 
     /// `host:port`, an IPv6 host in brackets.
     pub fn host_port(&self) -> String {
-        format!("{}:{}", self.bracketed_host(), self.port)
+        self.target().to_string()
+    }
+
+    /// Host and port, as the named causes carry them.
+    pub fn target(&self) -> Target {
+        Target::from(self)
     }
 
     pub fn bracketed_host(&self) -> String {
@@ -262,9 +304,7 @@ fn percent_decode(s: &str) -> Result<String, UrlError> {
                 .and_then(|h| std::str::from_utf8(h).ok());
             let byte = hex.and_then(|h| u8::from_str_radix(h, 16).ok());
             let Some(byte) = byte else {
-                return Err(UrlError::Invalid(
-                    "a bad %-escape in the credentials".into(),
-                ));
+                return Err(Malformed::BadEscape.into());
             };
             out.push(byte);
             i += 3;
@@ -273,7 +313,7 @@ fn percent_decode(s: &str) -> Result<String, UrlError> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| UrlError::Invalid("credentials are not UTF-8".into()))
+    String::from_utf8(out).map_err(|_| Malformed::CredentialsNotUtf8.into())
 }
 
 #[cfg(test)]
@@ -316,7 +356,9 @@ mod tests {
     fn rejects_bad_input() {
         assert_eq!(
             Url::parse("socks5://p:1080"),
-            Err(UrlError::UnsupportedScheme("socks5".into()))
+            Err(UrlError::UnsupportedScheme {
+                scheme: "socks5".into()
+            })
         );
         for bad in [
             "proxy:3128",

@@ -182,7 +182,7 @@ async fn write_once_more_on_give_up(
     loop {
         tries += 1;
         match super::write_concept(att, pointer.clone()).await {
-            Err(ResolveError::NoProducer(_) | ResolveError::ProducerTimeout { .. })
+            Err(ResolveError::NoProducer { .. } | ResolveError::ProducerTimeout { .. })
                 if tries == 1 =>
             {
                 let jitter = u64::from(metabob_wire::util::random_u16() % 400) + 100;
@@ -256,10 +256,10 @@ pub async fn take(
         }
     });
     let body = att.resolve(pointer).await?.ok(TAKE_SHAPE)?;
-    read_take(&body, &ids, me).map_err(|detail| ResolveError::Answer {
+    read_take(&body, &ids, me).map_err(|said| ResolveError::Answer {
         shape: TAKE_SHAPE.into(),
         status: 200,
-        detail,
+        said,
     })
 }
 

@@ -37,6 +37,6 @@ pub async fn write_concept(
         .ok_or_else(|| ResolveError::Answer {
             shape: "concept_create_write".into(),
             status: 200,
-            detail: "the answer names no concept".into(),
+            said: "the answer names no concept".into(),
         })
 }

@@ -59,7 +59,7 @@ pub async fn on_files(
         .await;
     let body = match answer.and_then(|a| a.ok(RELATED_SHAPE)) {
         Ok(body) => body,
-        Err(ResolveError::NoProducer(_)) => {
+        Err(ResolveError::NoProducer { .. }) => {
             let view = recall::recall(att, aliases).await?;
             return Ok(in_view(&view, task));
         }

@@ -9,7 +9,7 @@ use gix::protocol::transport::client::blocking_io::http::{
 };
 use reqwest::blocking::{Client, Response};
 
-use metabob_net::{NetCause, NetClient, TlsWitness, Url};
+use metabob_net::{NetCause, NetClient, Target, TlsWitness, Url};
 
 /// As many hops as a redirect chain may take before the request fails.
 const MAX_REDIRECTS: usize = 10;
@@ -36,8 +36,9 @@ pub(super) fn connect_through(
 /// Why one request failed; the lines a clone's or fetch's error ends with.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
-    /// The one HTTP path's named cause (a refused certificate, a refused connection).
-    #[error("{0}")]
+    /// The one HTTP path's named cause (a refused certificate, a refused connection), with its
+    /// hint where the cause says it: gix carries this error only as the text of an `io::Error`.
+    #[error("{}", metabob_wire::report::with_hint(.0))]
     Named(NetCause),
     #[error(
         "the server answered 401 Unauthorized: it wants credentials, or refused the ones in the URL"
@@ -92,10 +93,10 @@ pub(crate) fn refused_for_good(e: &(dyn std::error::Error + 'static)) -> bool {
             return match f {
                 Failure::Named(cause) => !matches!(
                     cause,
-                    NetCause::DnsFailed(_)
+                    NetCause::DnsFailed { .. }
                         | NetCause::ConnectTimeout(_)
                         | NetCause::ConnectRefused(_)
-                        | NetCause::ConnectionReset(_)
+                        | NetCause::ConnectionReset { .. }
                         | NetCause::ResponseTimeout { .. }
                         | NetCause::AnchorUnreachable(_)
                 ),
@@ -138,14 +139,11 @@ fn proxy_url(net: &NetClient, target: &reqwest::Url) -> Option<reqwest::Url> {
     Some(u)
 }
 
-/// `host` and `host:port` of `url`, as the named causes print them.
-fn host_and_port(url: &reqwest::Url) -> (String, String) {
+/// Host and port of `url`, as the named causes carry them (an IPv6 host without brackets).
+fn target_of(url: &reqwest::Url) -> Target {
     let host = url.host_str().unwrap_or_default();
     let port = url.port_or_known_default().unwrap_or(443);
-    (
-        host.trim_matches(['[', ']']).to_string(),
-        format!("{host}:{port}"),
-    )
+    Target::new(host.trim_matches(['[', ']']), port)
 }
 
 /// gix's `Http` over a reqwest client built from a `NetClient`.
@@ -232,7 +230,7 @@ impl NetHttp {
             .net
             .proxy_for(&ours)
             .map_err(|cause| smart::Error::Detail {
-                description: cause.to_string(),
+                description: metabob_wire::report::with_hint(&cause),
             })?;
         let mut map = reqwest::header::HeaderMap::new();
         let lines = headers.into_iter().map(|h| h.as_ref().to_string());
@@ -260,7 +258,7 @@ impl NetHttp {
             .strip_prefix(base.as_str().trim_end_matches('/'))
             .unwrap_or_default()
             .to_string();
-        let first_hop = proxy.map_or_else(|| host_and_port(&target).1, |p| p.host_port());
+        let first_hop = proxy.map_or_else(|| target_of(&target), |p| p.target());
         Ok(Arc::new(Mutex::new(Exchange {
             pending: Some(Pending {
                 client: self.client.clone(),
@@ -339,8 +337,8 @@ struct Pending {
     tail: String,
     headers: reqwest::header::HeaderMap,
     may_follow: bool,
-    /// `host:port` of the first hop (the proxy, or the target), for a connect failure.
-    first_hop: String,
+    /// The first hop (the proxy, or the target), for a connect failure.
+    first_hop: Target,
     flag: Arc<AtomicBool>,
     witness: TlsWitness,
     redirected: Arc<Mutex<Option<String>>>,
@@ -407,8 +405,7 @@ impl Pending {
     /// Names a request that got no answer the way the one HTTP path names it, when it can.
     fn failed(&self, e: reqwest::Error) -> io::Error {
         let at = e.url().unwrap_or(&self.target);
-        let (host, host_port) = host_and_port(at);
-        if let Some(cause) = self.witness.refusal(&host, &host_port) {
+        if let Some(cause) = self.witness.refusal(&target_of(at)) {
             return io::Error::other(Failure::Named(cause));
         }
         if e.is_connect() && e.is_timeout() {
@@ -597,11 +594,9 @@ mod tests {
     #[test]
     fn causes_print_hosts_as_the_one_http_path_does() {
         let v6 = reqwest::Url::parse("https://[::1]/app.git").expect("a URL");
-        assert_eq!(host_and_port(&v6), ("::1".into(), "[::1]:443".into()));
+        assert_eq!(target_of(&v6), Target::new("::1", 443));
+        assert_eq!(target_of(&v6).to_string(), "[::1]:443");
         let named = reqwest::Url::parse("http://git.example:8080/x").expect("a URL");
-        assert_eq!(
-            host_and_port(&named),
-            ("git.example".into(), "git.example:8080".into())
-        );
+        assert_eq!(target_of(&named).to_string(), "git.example:8080");
     }
 }

@@ -161,7 +161,7 @@ async fn read(att: &Attachment, status: Status) -> Result<Snapshot, ResolveError
             .ok_or_else(|| ResolveError::Answer {
                 shape: "substrateGap".into(),
                 status: 200,
-                detail: "the answer holds no gaps list".into(),
+                said: "the answer holds no gaps list".into(),
             })?,
     };
     Ok(Snapshot {

@@ -233,7 +233,7 @@ async fn deliver(att: &Attachment, q: &Sidecar, vessel: &str, a: &Answer) -> Sen
                 .map_or_else(String::new, |e| e.to_string()),
         ),
         Err(ResolveError::Refused(refusal)) => Sent::Kept(format!("not attached: {refusal}")),
-        Err(e) => Sent::Kept(e.to_string()),
+        Err(e) => Sent::Kept(metabob_wire::report::with_hint(&e)),
     };
     let marked = match &sent {
         Sent::Delivered => q.mark_delivered(vessel, &a.task_id, None),

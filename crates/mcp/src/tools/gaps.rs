@@ -36,7 +36,7 @@ pub async fn path_activity(_ctx: &Ctx, here: &Here<'_>, a: ActivityArgs) -> Repl
     let cache = &here.session.gaps;
     let open = match cache.get(att, Status::Open).await {
         Ok(s) => s,
-        Err(ResolveError::NoProducer(_)) => return Reply::ok(NO_GAP_STORE),
+        Err(ResolveError::NoProducer { .. }) => return Reply::ok(NO_GAP_STORE),
         Err(e) => return resolve_failed("path_activity", e),
     };
     let closed = match a.include_closed.unwrap_or(false) {

@@ -376,7 +376,7 @@ pub async fn attached<'a>(here: &'a Here<'_>, tool: &str) -> Result<&'a Attachme
 pub fn resolve_failed(tool: &str, e: ResolveError) -> Reply {
     match e {
         ResolveError::Refused(refusal) => not_attached(tool, &refusal),
-        e => Reply::error(format!("{tool}: {e}")),
+        e => Reply::failed(tool, &e),
     }
 }
 

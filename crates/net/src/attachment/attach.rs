@@ -8,6 +8,7 @@ use super::state::*;
 use crate::config::{AnchorSource, Config};
 use crate::url::Scheme;
 use crate::{NetCause, NetClient, NetError, Request, Response, Retry, Url};
+use metabob_wire::report::{Hint, with_hint};
 use metabob_wire::util::{now_ms, rfc3339_ms};
 
 const BOOTSTRAP_BUDGET: Duration = Duration::from_secs(5);
@@ -59,7 +60,7 @@ pub async fn attach(config: &Config, net: &NetClient) -> AttachmentState {
     if let Err(cause) = result {
         if let Some(n) = cause.net() {
             state.network.cause = Some(n.token().to_string());
-            state.network.cause_line = Some(n.to_string());
+            state.network.cause_line = Some(with_hint(n));
         }
         // An anchor failure leaves the org check pending: it never ran.
         state.auth.status = match &cause {
@@ -69,7 +70,7 @@ pub async fn attach(config: &Config, net: &NetClient) -> AttachmentState {
             _ if state.identity.endpoint.is_some() => AuthStatus::IdentityUnreachable,
             _ => AuthStatus::Pending,
         };
-        state.message = Some(cause.to_string());
+        state.message = Some(with_hint(&cause));
         state.cause = Some(cause);
     }
     let settled = now_ms();
@@ -108,13 +109,13 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
             Err(e) => {
                 record_tls_err(state, &e);
                 state.bootstrap.status = BootstrapStatus::Unreachable;
-                state.bootstrap.detail = Some(e.to_string());
+                state.bootstrap.detail = Some(with_hint(&e));
                 return Err(match e.cause {
-                    NetCause::BlockedByPortal(detail) => {
+                    NetCause::BlockedByPortal(portal) => {
                         state.bootstrap.status = BootstrapStatus::NotSubstrate;
                         Cause::BlockedByPortal {
                             url: discovery.clone(),
-                            detail,
+                            answer: NotSubstrate::Net(portal),
                         }
                     }
                     cause => anchor_err(discovery, cause),
@@ -157,17 +158,17 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
             identity: identity.clone(),
             status,
         },
-        OrgCheckError::Portal(detail) => Cause::BlockedByPortal {
+        OrgCheckError::Portal(answer) => Cause::BlockedByPortal {
             url: identity.clone(),
-            detail,
+            answer,
         },
         OrgCheckError::Net(n) => Cause::IdentityUnreachable {
             advertised: advertised.clone(),
             tried: state.identity.tried.clone(),
             net: Some(n),
         },
-        OrgCheckError::Answer(detail) => {
-            state.auth.detail = Some(detail);
+        e @ (OrgCheckError::Status(_) | OrgCheckError::NoOrg) => {
+            state.auth.detail = Some(e.to_string());
             Cause::IdentityUnreachable {
                 advertised: advertised.clone(),
                 tried: state.identity.tried.clone(),
@@ -183,13 +184,15 @@ async fn run(config: &Config, net: &NetClient, state: &mut AttachmentState) -> R
 fn anchor_err(discovery: &str, cause: NetCause) -> Cause {
     Cause::AnchorUnreachable {
         discovery: discovery.to_string(),
-        net: Some(cause),
-        detail: None,
+        why: NoBootstrap::Net(cause),
     }
 }
 
 fn parse_endpoint(s: &str) -> Result<Url, NetCause> {
-    Url::parse(s).map_err(|e| NetCause::AnchorUnreachable(format!("{s}: {e}")))
+    Url::parse(s).map_err(|error| NetCause::BadAddress {
+        address: Some(s.to_string()),
+        error: Box::new(error),
+    })
 }
 
 fn record_tls(state: &mut AttachmentState, resp: &Response) {
@@ -250,34 +253,25 @@ fn read_bootstrap(
             Err(Cause::ProxyRefused { proxy, status })
         }
         (status, None) | (status @ 200..=299, Some(_)) => {
-            let detail = format!("HTTP {status}, {}", describe_body(resp));
+            let answer = NotSubstrate::Answer {
+                status,
+                body: Body::of(resp),
+            };
             state.bootstrap.status = BootstrapStatus::NotSubstrate;
-            state.bootstrap.detail = Some(detail.clone());
+            state.bootstrap.detail = Some(answer.to_string());
             Err(Cause::BlockedByPortal {
                 url: discovery.to_string(),
-                detail,
+                answer,
             })
         }
         (status, Some(_)) => {
-            let detail = format!("answered HTTP {status}");
             state.bootstrap.status = BootstrapStatus::Unreachable;
-            state.bootstrap.detail = Some(detail.clone());
+            state.bootstrap.detail = Some(format!("answered HTTP {status}"));
             Err(Cause::AnchorUnreachable {
                 discovery: discovery.to_string(),
-                net: None,
-                detail: Some(detail),
+                why: NoBootstrap::Status(status),
             })
         }
-    }
-}
-
-fn describe_body(resp: &Response) -> String {
-    if resp.is_html() {
-        "an HTML page".into()
-    } else if resp.body.is_empty() {
-        "an empty body".into()
-    } else {
-        format!("{} bytes that are not a JSON object", resp.body.len())
     }
 }
 
@@ -374,12 +368,28 @@ pub fn rehost(advertised: &str, discovery: &str) -> Option<String> {
     (origin != Url::parse(advertised).ok()?.origin()).then_some(origin)
 }
 
-#[derive(Debug)]
+/// Why the org check proved nothing about the key.
+#[derive(Debug, thiserror::Error)]
 pub enum OrgCheckError {
+    #[error("identity answered HTTP {0}: it rejected the key")]
     Rejected(u16),
-    Portal(String),
-    Net(NetCause),
-    Answer(String),
+    #[error("identity answered with a page that is not the substrate's ({0})")]
+    Portal(NotSubstrate),
+    #[error(transparent)]
+    Net(#[from] NetCause),
+    #[error("org check answered HTTP {0}")]
+    Status(u16),
+    #[error("org check answered without an org")]
+    NoOrg,
+}
+
+impl Hint for OrgCheckError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            OrgCheckError::Net(n) => n.hint(),
+            _ => None,
+        }
+    }
 }
 
 /// Proves the key against identity in both forms (anchor: org-check). Through a proxy only the
@@ -390,7 +400,10 @@ pub async fn org_check(
     key: &str,
 ) -> Result<OrgCheck, OrgCheckError> {
     let url = Url::parse(identity)
-        .map_err(|e| OrgCheckError::Net(NetCause::AnchorUnreachable(format!("{identity}: {e}"))))?
+        .map_err(|error| NetCause::BadAddress {
+            address: Some(identity.to_string()),
+            error: Box::new(error),
+        })?
         .join("/v1/auth/resolve");
     let direct = net.route_for(&url).map(|r| r.via.is_none()).unwrap_or(true);
     let body = if direct {
@@ -403,24 +416,20 @@ pub async fn org_check(
         .budget(ORG_CHECK_BUDGET)
         .retry(Retry::Idempotent);
     let resp = net.send(req).await.map_err(|e| match e.cause {
-        NetCause::BlockedByPortal(d) => OrgCheckError::Portal(d),
+        NetCause::BlockedByPortal(portal) => OrgCheckError::Portal(NotSubstrate::Net(portal)),
         c => OrgCheckError::Net(c),
     })?;
     if resp.status == 401 || resp.status == 403 {
         return Err(OrgCheckError::Rejected(resp.status));
     }
     let Some(v) = resp.json().filter(|v| v.is_object() && !resp.is_html()) else {
-        return Err(OrgCheckError::Portal(format!(
-            "HTTP {}, {}",
-            resp.status,
-            describe_body(&resp)
-        )));
+        return Err(OrgCheckError::Portal(NotSubstrate::Answer {
+            status: resp.status,
+            body: Body::of(&resp),
+        }));
     };
     if !(200..300).contains(&resp.status) {
-        return Err(OrgCheckError::Answer(format!(
-            "org check answered HTTP {}",
-            resp.status
-        )));
+        return Err(OrgCheckError::Status(resp.status));
     }
     let s = |a: &str, b: &str| {
         v.get(a)
@@ -430,9 +439,7 @@ pub async fn org_check(
     };
     let org_id = s("orgId", "org_id");
     if org_id.is_none() {
-        return Err(OrgCheckError::Answer(
-            "org check answered without an org".into(),
-        ));
+        return Err(OrgCheckError::NoOrg);
     }
     let scopes = v.get("scopes").and_then(Value::as_array).map(|a| {
         a.iter()

@@ -11,6 +11,7 @@ use crate::config::{self, Config};
 use crate::{NetClient, Url};
 use metabob_wire::env::Env;
 use metabob_wire::guard::Guard;
+use metabob_wire::report::with_hint;
 
 /// The read that proves discovery serves this key.
 const CHECK_SHAPE: &str = "vesselRegistry";
@@ -49,7 +50,10 @@ pub struct ProxyHop {
 pub struct ResolveHop {
     pub shape: &'static str,
     pub ok: bool,
-    pub detail: String,
+    /// The hop's words as the report prints them: what discovery answered, or the failed
+    /// read's line and hint. A report line, so text by design.
+    #[serde(rename = "detail")]
+    pub line: String,
 }
 
 impl CheckReport {
@@ -89,7 +93,7 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
                     ResolveHop {
                         shape: CHECK_SHAPE,
                         ok: true,
-                        detail: format!(
+                        line: format!(
                             "{} vessel(s), {shapes} shape(s) advertised",
                             vessels.map_or(0, Vec::len)
                         ),
@@ -98,12 +102,12 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
                 Ok(r) => ResolveHop {
                     shape: CHECK_SHAPE,
                     ok: false,
-                    detail: format!("discovery answered HTTP {}", r.status),
+                    line: format!("discovery answered HTTP {}", r.status),
                 },
                 Err(e) => ResolveHop {
                     shape: CHECK_SHAPE,
                     ok: false,
-                    detail: e.to_string(),
+                    line: with_hint(&e),
                 },
             },
         )
@@ -130,9 +134,9 @@ pub async fn attach_check(mut env: Env) -> CheckReport {
     };
     let attached = state.attached();
     let result = match (&state.cause, &resolve) {
-        (Some(c), _) => c.to_string(),
+        (Some(c), _) => with_hint(c),
         (None, Some(r)) if !r.ok => {
-            format!("attached, but the {CHECK_SHAPE} read failed: {}", r.detail)
+            format!("attached, but the {CHECK_SHAPE} read failed: {}", r.line)
         }
         _ => "attached".into(),
     };
@@ -169,7 +173,7 @@ fn anchor_route(config: &Config, net: &NetClient) -> String {
     match Url::parse(d) {
         Ok(url) => match net.route_for(&url) {
             Ok(route) => route.to_string(),
-            Err(cause) => cause.to_string(),
+            Err(cause) => with_hint(&cause),
         },
         Err(e) => format!("the anchor {d} is not a usable URL: {e}"),
     }
@@ -243,7 +247,7 @@ pub fn render_text(r: &CheckReport) -> String {
     };
     line(&mut out, "org check", &org);
     let resolve = match &r.resolve {
-        Some(h) => format!("{}: {}", h.shape, h.detail),
+        Some(h) => format!("{}: {}", h.shape, h.line),
         None => "skipped (not attached)".into(),
     };
     line(&mut out, "resolve", &resolve);

@@ -16,11 +16,12 @@ use std::time::Duration;
 pub use attach::attach;
 pub use claim::{ClientClaim, vessel_id};
 pub use resolve::{Family, ResolveError, Resolved, Sending};
-pub use state::{AttachmentState, AuthStatus, Cause};
+pub use state::{AttachmentState, AuthStatus, Body, Cause, NoBootstrap, NotSubstrate};
 
 use crate::NetClient;
 use crate::config::Config;
 use metabob_wire::guard::Guard;
+use metabob_wire::report::{self, Hint};
 use metabob_wire::util::{now_ms, rfc3339_ms};
 
 /// Background re-attach delays after a transient failure; the last one repeats.
@@ -65,7 +66,8 @@ struct Inner {
 }
 
 /// Why the gate refused a substrate call (anchor: GateRefusal): the typed cause, for callers
-/// that decide on it, and the line tools echo, which says how old a cause is once it is old.
+/// that decide on it, and the line tools echo: the cause with its hint, then how old the cause
+/// is once it is old.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GateRefusal {
     pub cause: Cause,
@@ -78,7 +80,14 @@ impl std::fmt::Display for GateRefusal {
     }
 }
 
-impl std::error::Error for GateRefusal {}
+impl std::error::Error for GateRefusal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.cause)
+    }
+}
+
+// The line carries the cause's hint already, ahead of the cause's age, so nothing is added.
+impl Hint for GateRefusal {}
 
 impl Attachment {
     pub fn new(config: Config, net: NetClient, claim: ClientClaim, guard: Guard) -> Self {
@@ -132,12 +141,13 @@ impl Attachment {
                 self.inner.cause_since_ms.store(now_ms(), Ordering::SeqCst);
                 if log {
                     tracing::warn!(
-                        "not attached ({}): {c}",
+                        "not attached ({}): {}",
                         if matches!(c, Cause::KeyRejected { .. }) {
                             "identity requirement"
                         } else {
                             "fail-visibly requirement"
-                        }
+                        },
+                        report::with_hint(c)
                     );
                 }
             }
@@ -200,12 +210,14 @@ impl Attachment {
         }
     }
 
-    /// The cause as tools echo it; a cause found over a minute ago says how old it is.
+    /// The cause as tools echo it, with its hint; a cause found over a minute ago says how old
+    /// it is.
     pub fn refusal_line(&self, cause: &Cause) -> String {
+        let line = report::with_hint(cause);
         let since = self.inner.cause_since_ms.load(Ordering::SeqCst);
         let age = now_ms() - since;
         if since == 0 || age < STALE_CAUSE_MS {
-            return cause.to_string();
+            return line;
         }
         let retrying = if cause.is_transient() {
             "; retrying"
@@ -213,7 +225,7 @@ impl Attachment {
             ""
         };
         format!(
-            "{cause} (found {} ago, at {}, after {} attempts{retrying})",
+            "{line} (found {} ago, at {}, after {} attempts{retrying})",
             human_age(age),
             rfc3339_ms(since),
             self.inner.attempts.load(Ordering::SeqCst)
@@ -273,13 +285,16 @@ impl Attachment {
                     tracing::warn!("the key was rejected at the heartbeat: {cause}");
                     self.inner.cause_since_ms.store(now_ms(), Ordering::SeqCst);
                     state.auth.status = AuthStatus::KeyRejected;
-                    state.message = Some(cause.to_string());
+                    state.message = Some(report::with_hint(&cause));
                     state.cause = Some(cause);
                     *self.inner.settled.write().expect("lock not poisoned") = Some(state);
                     return Lost::KeyRejected;
                 }
                 Err(e) => {
-                    tracing::debug!("heartbeat org check failed ({e:?}); re-attaching");
+                    tracing::debug!(
+                        "heartbeat org check failed ({}); re-attaching",
+                        report::line(&e)
+                    );
                     return Lost::Unreachable;
                 }
             }

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::Attachment;
 use crate::{NetCause, Request, Retry, Url};
+use metabob_wire::report::Hint;
 use metabob_wire::shapes::is_write;
 
 /// Producer families, each with its client cap just above discovery's cut for it.
@@ -79,33 +80,48 @@ pub enum ResolveError {
     #[error("key_read_only: this key has scopes [{scopes}]; the {shape} write was not sent")]
     KeyReadOnly { scopes: String, shape: String },
     #[error(
-        "no_producer({0}): discovery found no producer for this shape, or a producer behind a \
-         peer refused the request or lacks the item (a peer forward does not say which)"
+        "no_producer({shape}): discovery found no producer for this shape, or a producer behind \
+         a peer refused the request or lacks the item (a peer forward does not say which)"
     )]
-    NoProducer(String),
+    NoProducer { shape: String },
     #[error("producer_timeout({shape}, {ms}): the producer did not answer within {ms} ms")]
     ProducerTimeout { shape: String, ms: u64 },
-    #[error("producer_unreachable({0}): discovery could not reach the shape's producer")]
-    ProducerUnreachable(String),
+    #[error("producer_unreachable({shape}): discovery could not reach the shape's producer")]
+    ProducerUnreachable { shape: String },
     #[error("anchor_unreachable: discovery {discovery} did not answer POST /resolve — {net}")]
-    Anchor { discovery: String, net: NetCause },
-    #[error("bad_pointer: {0}")]
-    BadPointer(String),
+    Anchor {
+        discovery: String,
+        #[source]
+        net: NetCause,
+    },
+    /// The pointer names no shape, so there is nowhere to send it.
+    #[error("bad_pointer: the pointer has no type")]
+    Untyped,
     /// The backstop found a known secret in a composed write: nothing was sent.
     #[error(transparent)]
     Outgoing(#[from] metabob_wire::guard::GuardRefusal),
     /// The producer answered, but not with what the caller asked for.
-    #[error("{shape} answered HTTP {status}: {detail}")]
+    #[error("{shape} answered HTTP {status}: {said}")]
     Answer {
         shape: String,
         status: u16,
-        detail: String,
+        /// The producer's own words (its `detail` or `error` field), which arrive as text; for
+        /// a 2xx answer the caller cannot use, the caller's words for what it lacks.
+        said: String,
     },
 }
 
-// The advice in these lines moves here with the net crate's own change (issue 43); until then
-// the cell's errors delegate to this impl, which has none of its own.
-impl metabob_wire::report::Hint for ResolveError {}
+impl Hint for ResolveError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            ResolveError::Refused(refusal) => refusal.hint(),
+            ResolveError::Anchor { net, .. } => net.hint(),
+            // The guard's refusal and discovery's named failures say in their line what was not
+            // sent or who did not answer; there is nothing further to do here.
+            _ => None,
+        }
+    }
+}
 
 impl ResolveError {
     /// The ledger stopped taking this process partway (anchor: is_detachment): the gate refused,
@@ -133,7 +149,7 @@ impl Resolved {
         if (200..300).contains(&self.status) {
             return Ok(self.body);
         }
-        let detail = self
+        let said = self
             .body
             .get("detail")
             .or_else(|| self.body.get("error"))
@@ -143,7 +159,7 @@ impl Resolved {
         Err(ResolveError::Answer {
             shape: shape.into(),
             status: self.status,
-            detail,
+            said,
         })
     }
 }
@@ -166,7 +182,7 @@ impl Attachment {
             .get("type")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| ResolveError::BadPointer("the pointer has no type".into()))?
+            .ok_or(ResolveError::Untyped)?
             .to_string();
         let state = self.gate().await.map_err(ResolveError::Refused)?;
         let write = is_write(&shape);
@@ -205,9 +221,9 @@ impl Attachment {
                         "error_status"
                     }
                 }
-                Err(ResolveError::NoProducer(_)) => "no_producer",
+                Err(ResolveError::NoProducer { .. }) => "no_producer",
                 Err(ResolveError::ProducerTimeout { .. }) => "producer_timeout",
-                Err(ResolveError::ProducerUnreachable(_)) => "producer_unreachable",
+                Err(ResolveError::ProducerUnreachable { .. }) => "producer_unreachable",
                 Err(_) => "anchor_unreachable",
             },
         );
@@ -225,9 +241,12 @@ impl Attachment {
         let discovery = config.discovery.clone().unwrap_or_default();
         let key = config.api_key.clone().unwrap_or_default();
         let url = Url::parse(&discovery)
-            .map_err(|e| ResolveError::Anchor {
+            .map_err(|error| ResolveError::Anchor {
                 discovery: discovery.clone(),
-                net: NetCause::AnchorUnreachable(e.to_string()),
+                net: NetCause::BadAddress {
+                    address: None,
+                    error: Box::new(error),
+                },
             })?
             .join("/resolve");
         // Writes are never retried, and neither are trace reads: the producer keeps running a
@@ -269,9 +288,9 @@ pub fn classify(shape: &str, status: u16, body: Option<Value>) -> Result<Resolve
     let body = body.unwrap_or(Value::Null);
     let error = body.get("error").and_then(Value::as_str);
     match (status, error) {
-        (404, Some("Not found")) if body.get("shape").is_some() => {
-            Err(ResolveError::NoProducer(shape.into()))
-        }
+        (404, Some("Not found")) if body.get("shape").is_some() => Err(ResolveError::NoProducer {
+            shape: shape.into(),
+        }),
         (502, Some("forward_failed")) => {
             if body.get("reason").and_then(Value::as_str) == Some("timeout") {
                 let ms = body.get("timeout_ms").and_then(Value::as_u64).unwrap_or(0);
@@ -280,7 +299,9 @@ pub fn classify(shape: &str, status: u16, body: Option<Value>) -> Result<Resolve
                     ms,
                 })
             } else {
-                Err(ResolveError::ProducerUnreachable(shape.into()))
+                Err(ResolveError::ProducerUnreachable {
+                    shape: shape.into(),
+                })
             }
         }
         _ => Ok(Resolved { status, body }),

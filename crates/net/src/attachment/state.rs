@@ -5,9 +5,12 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::config::{AnchorSource, Missing};
-use crate::{NetCause, ProxyDiagnosis};
+use crate::{NetCause, Portal, ProxyDiagnosis, Response};
+use metabob_wire::report::Hint;
 
-/// Why keyed calls are refused. `Display` is the one line a substrate tool returns.
+/// Why keyed calls are refused. `Display` is the line SPEC.md §Named causes gives each cause,
+/// and the [`Hint`] what to do about it where that table leaves the advice out of the line; a
+/// refusal carries both ([`metabob_wire::report::with_hint`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Cause {
     /// The missing input, already phrased with the lookup order.
@@ -15,16 +18,15 @@ pub enum Cause {
         missing: Missing,
         line: String,
     },
-    /// Discovery did not answer `/bootstrap`; `net` is what the network did.
+    /// Discovery did not answer `/bootstrap`.
     AnchorUnreachable {
         discovery: String,
-        net: Option<NetCause>,
-        detail: Option<String>,
+        why: NoBootstrap,
     },
     /// A portal, block page or other non-substrate answer where JSON was expected.
     BlockedByPortal {
         url: String,
-        detail: String,
+        answer: NotSubstrate,
     },
     /// `/bootstrap` through a proxy answered a non-JSON 4xx: the proxy itself may have refused.
     ProxyRefused {
@@ -46,6 +48,66 @@ pub enum Cause {
         discovery: String,
         advertised: String,
     },
+}
+
+/// Why discovery gave no usable answer to `GET /bootstrap`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoBootstrap {
+    /// No answer: what the network did instead.
+    Net(NetCause),
+    /// Discovery answered in JSON, with this error status.
+    Status(u16),
+}
+
+/// What answered where the substrate's JSON was expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotSubstrate {
+    /// The network's own account: a proxy's page, a reply that is not HTTP, or not TLS.
+    Net(Portal),
+    /// An HTTP answer whose body is not a JSON object.
+    Answer { status: u16, body: Body },
+}
+
+impl fmt::Display for NotSubstrate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotSubstrate::Net(portal) => portal.fmt(f),
+            NotSubstrate::Answer { status, body } => write!(f, "HTTP {status}, {body}"),
+        }
+    }
+}
+
+/// What an answer's body was, when it was not the JSON object expected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    Html,
+    Empty,
+    NotJson { bytes: usize },
+}
+
+impl Body {
+    /// The body of `resp`, which was not the JSON object expected.
+    pub fn of(resp: &Response) -> Body {
+        if resp.is_html() {
+            Body::Html
+        } else if resp.body.is_empty() {
+            Body::Empty
+        } else {
+            Body::NotJson {
+                bytes: resp.body.len(),
+            }
+        }
+    }
+}
+
+impl fmt::Display for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Body::Html => f.write_str("an HTML page"),
+            Body::Empty => f.write_str("an empty body"),
+            Body::NotJson { bytes } => write!(f, "{bytes} bytes that are not a JSON object"),
+        }
+    }
 }
 
 impl Cause {
@@ -74,9 +136,11 @@ impl Cause {
     /// The network cause behind this one, when the network produced no answer.
     pub fn net(&self) -> Option<&NetCause> {
         match self {
-            Cause::AnchorUnreachable { net, .. } | Cause::IdentityUnreachable { net, .. } => {
-                net.as_ref()
-            }
+            Cause::AnchorUnreachable {
+                why: NoBootstrap::Net(net),
+                ..
+            } => Some(net),
+            Cause::IdentityUnreachable { net, .. } => net.as_ref(),
             _ => None,
         }
     }
@@ -86,26 +150,22 @@ impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Cause::NotConfigured { line, .. } => f.write_str(line),
-            Cause::AnchorUnreachable {
-                discovery,
-                net,
-                detail,
-            } => {
+            Cause::AnchorUnreachable { discovery, why } => {
                 write!(
                     f,
                     "anchor_unreachable: discovery {discovery} did not answer GET /bootstrap"
                 )?;
-                if let Some(n) = net {
-                    write!(f, " — {n}")?;
-                } else if let Some(d) = detail {
-                    write!(f, " ({d})")?;
+                match why {
+                    NoBootstrap::Net(n) => write!(f, " — {n}")?,
+                    NoBootstrap::Status(status) => write!(f, " (answered HTTP {status})")?,
                 }
-                // Nothing listens there: most often no ledger was started yet.
+                // Nothing listens there: most often no ledger was started yet. SPEC.md §Named
+                // causes makes how to start one part of this line.
                 if matches!(
-                    net,
-                    Some(
+                    why,
+                    NoBootstrap::Net(
                         NetCause::ConnectRefused(_)
-                            | NetCause::DnsFailed(_)
+                            | NetCause::DnsFailed { .. }
                             | NetCause::ConnectTimeout(_)
                     )
                 ) {
@@ -116,17 +176,18 @@ impl fmt::Display for Cause {
                 }
                 Ok(())
             }
-            Cause::BlockedByPortal { url, detail } => write!(
+            Cause::BlockedByPortal { url, answer } => write!(
                 f,
                 "blocked_by_portal: {url} answered with a page that is not the substrate's \
-                 ({detail}); sign in to the network's portal or fix the proxy, then retry"
+                 ({answer})"
             ),
             Cause::ProxyRefused { proxy, status } => write!(
                 f,
                 "proxy_refused: GET /bootstrap through the proxy {proxy} got a non-JSON HTTP \
-                 {status}; the proxy itself may have refused it: allow the discovery host, or \
-                 add it to NO_PROXY"
+                 {status}"
             ),
+            // The advice stays in this line, ahead of the network cause: as a hint it would move
+            // behind the cause, and a refusal's words are not to change with where they live.
             Cause::IdentityUnreachable {
                 advertised,
                 tried,
@@ -144,12 +205,15 @@ impl fmt::Display for Cause {
                 }
                 Ok(())
             }
+            // The way to a key stays a sentence of this line, as the snapshots of `attach
+            // --check` show it; a hint would join it with "; " instead.
             Cause::KeyRejected { identity, status } => write!(
                 f,
                 "key_rejected: the substrate's identity ({identity}) rejected the API key (HTTP \
                  {status}). Use a key \
                  of this substrate (`metabob-mcp ledger key create` on a local ledger)"
             ),
+            // SPEC.md §Named causes: the line names both addresses and what to set.
             Cause::IdentityInsecure {
                 discovery,
                 advertised,
@@ -160,6 +224,28 @@ impl fmt::Display for Cause {
                  IDENTITY_ENDPOINT to identity's https address, or give the ledger an https \
                  --public-url"
             ),
+        }
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.net().map(|n| n as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl Hint for Cause {
+    fn hint(&self) -> Option<String> {
+        match self {
+            Cause::BlockedByPortal { .. } => {
+                Some("sign in to the network's portal or fix the proxy, then retry".into())
+            }
+            Cause::ProxyRefused { .. } => Some(
+                "the proxy itself may have refused it: allow the discovery host, or add it to \
+                 NO_PROXY"
+                    .into(),
+            ),
+            _ => self.net().and_then(Hint::hint),
         }
     }
 }
@@ -317,5 +403,80 @@ fn cause_token<S: serde::Serializer>(c: &Option<Cause>, s: S) -> Result<S::Ok, S
 impl AttachmentState {
     pub fn attached(&self) -> bool {
         self.auth.status == AuthStatus::Authenticated && self.cause.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Target;
+    use metabob_wire::report::{line, with_hint};
+
+    #[test]
+    fn a_refusal_with_its_hint_reads_as_the_line_always_did() {
+        let portal = Cause::BlockedByPortal {
+            url: "http://d".into(),
+            answer: NotSubstrate::Answer {
+                status: 200,
+                body: Body::Html,
+            },
+        };
+        assert_eq!(
+            with_hint(&portal),
+            "blocked_by_portal: http://d answered with a page that is not the substrate's (HTTP \
+             200, an HTML page); sign in to the network's portal or fix the proxy, then retry"
+        );
+        let proxy = Cause::ProxyRefused {
+            proxy: "http://***@p:3128".into(),
+            status: 403,
+        };
+        assert_eq!(
+            with_hint(&proxy),
+            "proxy_refused: GET /bootstrap through the proxy http://***@p:3128 got a non-JSON \
+             HTTP 403; the proxy itself may have refused it: allow the discovery host, or add it \
+             to NO_PROXY"
+        );
+        let refused = Cause::AnchorUnreachable {
+            discovery: "http://d:1".into(),
+            why: NoBootstrap::Net(NetCause::ConnectRefused(Target::new("d", 1))),
+        };
+        assert_eq!(refused.hint(), None);
+        assert_eq!(
+            with_hint(&refused),
+            "anchor_unreachable: discovery http://d:1 did not answer GET /bootstrap — \
+             connect_refused(d:1): nothing is accepting connections there; is the ledger \
+             running? Start one with `metabob-mcp ledger serve`, or check the URL \
+             (DISCOVERY_ENDPOINT or metabob.discoveryEndpoint)"
+        );
+        let status = Cause::AnchorUnreachable {
+            discovery: "http://d:1".into(),
+            why: NoBootstrap::Status(500),
+        };
+        assert_eq!(
+            status.to_string(),
+            "anchor_unreachable: discovery http://d:1 did not answer GET /bootstrap (answered \
+             HTTP 500)"
+        );
+    }
+
+    #[test]
+    fn the_network_cause_is_the_source_and_brings_its_hint() {
+        let intercepted = Cause::IdentityUnreachable {
+            advertised: None,
+            tried: vec![],
+            net: Some(NetCause::TlsIntercepted {
+                issuer: "Corp CA".into(),
+            }),
+        };
+        // The line names the network cause already, so the chain adds nothing to it.
+        assert_eq!(line(&intercepted), intercepted.to_string());
+        assert!(
+            with_hint(&intercepted)
+                .ends_with("does not trust; if that is your organisation's inspection CA, name its PEM file in METABOB_EXTRA_CA_CERTS")
+        );
+        assert_eq!(
+            std::error::Error::source(&intercepted).map(ToString::to_string),
+            intercepted.net().map(ToString::to_string)
+        );
     }
 }

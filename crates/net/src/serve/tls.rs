@@ -26,6 +26,7 @@ pub enum TlsFileError {
     Read {
         what: &'static str,
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
     #[error("TLS {what} {}: over {MAX_PEM_BYTES} bytes", path.display())]
@@ -38,9 +39,14 @@ pub enum TlsFileError {
     Mismatch {
         cert: PathBuf,
         key: PathBuf,
+        #[source]
         source: rustls::Error,
     },
 }
+
+// Each names the file and what is wrong with it; which file to give instead is the caller's
+// to say (the ledger's flags, say).
+impl metabob_wire::report::Hint for TlsFileError {}
 
 /// The pair every handshake is answered with, replaced whole on a reload.
 #[derive(Debug)]

@@ -115,7 +115,12 @@ async fn locate(att: &Attachment) -> Result<Url, Unavailable> {
         .resolve(pointer)
         .await
         .and_then(|r| r.ok("vesselCapability"))
-        .map_err(|e| unavailable(format!("discovery could not say where concept-db is: {e}")))?;
+        .map_err(|e| {
+            unavailable(format!(
+                "discovery could not say where concept-db is: {}",
+                metabob_wire::report::with_hint(&e)
+            ))
+        })?;
     let vessels = body.get("vessels").and_then(Value::as_array);
     vessels
         .into_iter()

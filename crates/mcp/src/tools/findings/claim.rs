@@ -66,7 +66,7 @@ pub async fn claim_finding(ctx: &Ctx, here: &Here<'_>, a: ClaimArgs) -> Reply {
     let outcome = match claimed.await {
         Ok(o) => o,
         Err(e) => {
-            return Reply::error(format!("claim_finding: {e}")).with_result(CallResult::Error);
+            return Reply::failed("claim_finding", &e).with_result(CallResult::Error);
         }
     };
     let mut reply = Reply::ok(claim_text(&outcome, finding.id()));

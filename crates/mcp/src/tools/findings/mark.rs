@@ -177,7 +177,7 @@ async fn share_verdict(s: &Session, nv: &NewVerdict<'_>) -> (Result<String, Stri
         }
         Ok(_) => verdict::write(&s.att, nv, "mark-complete")
             .await
-            .map_err(|e| e.to_string()),
+            .map_err(|e| metabob_wire::report::with_hint(&e)),
     };
     (shared, local_only)
 }

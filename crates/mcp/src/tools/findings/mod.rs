@@ -127,7 +127,7 @@ async fn recall_here(att: &Attachment, ws: &Path) -> Result<LedgerView, String> 
     let aliases = metabob_cell::ledger::repo_identity::aliases_for_workspace(ws);
     recall::recall(att, &aliases)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| metabob_wire::report::with_hint(&e))
 }
 
 /// A finding named by id: its local seeds, and the ledger's view of it when attached.

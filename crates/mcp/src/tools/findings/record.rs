@@ -74,7 +74,7 @@ pub async fn record_finding(ctx: &Ctx, here: &Here<'_>, a: RecordArgs) -> Reply 
         Err(refusal) => Err(refusal.to_string()),
         Ok(_) => metabob_cell::ledger::write_concept(&s.att, nf.to_pointer())
             .await
-            .map_err(|e| e.to_string()),
+            .map_err(|e| metabob_wire::report::with_hint(&e)),
     };
     let link_failed = match &shared {
         Ok(concept) => store
@@ -119,7 +119,7 @@ async fn find_duplicate(
     let aliases = metabob_cell::ledger::repo_identity::aliases_for_workspace(ws);
     let Some(dup) = open_duplicate(&s.att, &aliases, &d.files, &d.summary)
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| metabob_wire::report::with_hint(&e))?
     else {
         return Ok(None);
     };

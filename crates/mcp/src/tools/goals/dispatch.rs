@@ -278,7 +278,7 @@ fn refused(tool: &str, r: &Resolved) -> Reply {
 
 fn send_failed(tool: &str, e: ResolveError) -> Reply {
     match e {
-        ResolveError::NoProducer(_) => Reply::error(format!(
+        ResolveError::NoProducer { .. } => Reply::error(format!(
             "{tool}: no_producer({DISPATCH}): no goal-host took the dispatch (none is reachable \
              through this attachment, or a producer behind a peer refused it); nothing was retried"
         )),

@@ -167,7 +167,7 @@ fn elsewhere(why: &str) -> Reply {
 
 fn write_failed(e: ResolveError) -> Reply {
     let reply = match e {
-        ResolveError::NoProducer(_) => Reply::error(format!(
+        ResolveError::NoProducer { .. } => Reply::error(format!(
             "{TOOL}: no_producer({LABEL_WRITE}): either no producer answered or the producer \
              refused the label; no label was written"
         )),

@@ -351,7 +351,7 @@ impl WalkFail {
     pub(super) fn transient(&self) -> bool {
         match self {
             WalkFail::Resolve(
-                ResolveError::ProducerTimeout { .. } | ResolveError::ProducerUnreachable(_),
+                ResolveError::ProducerTimeout { .. } | ResolveError::ProducerUnreachable { .. },
             ) => true,
             WalkFail::Resolve(ResolveError::Answer { status, .. }) => *status >= 500,
             _ => false,
@@ -369,7 +369,7 @@ impl WalkFail {
             WalkFail::Malformed(why) => Reply::error(format!(
                 "{tool}: {WALK_STATE} answered without a readable dispatch record ({why})"
             )),
-            WalkFail::Resolve(ResolveError::NoProducer(_)) => Reply::error(format!(
+            WalkFail::Resolve(ResolveError::NoProducer { .. }) => Reply::error(format!(
                 "{tool}: no_producer({WALK_STATE}): either no producer answered (no goal-host is \
                  reachable through this attachment) or goal-host has no dispatch {id}"
             )),

@@ -223,7 +223,11 @@ async fn vessels(att: &Attachment, shape: &str) -> Result<Reply, ReadError> {
     match vocabulary(att).await {
         Ok(vocab) => out.push_str(&agreement(&vocab, shape, &shown, rows.len())),
         Err(ReadError::Resolve(e)) => {
-            let _ = write!(out, "Not compared with the vocabulary: vesselRegistry: {e}");
+            let _ = write!(
+                out,
+                "Not compared with the vocabulary: vesselRegistry: {}",
+                metabob_wire::report::with_hint(&e)
+            );
         }
         Err(ReadError::Malformed(why)) => {
             let _ = write!(out, "Not compared with the vocabulary: {why}");

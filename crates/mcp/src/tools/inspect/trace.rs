@@ -92,11 +92,11 @@ pub(crate) fn satisfier(raw: &str) -> Reply {
 /// A failed trace read as its one line.
 pub(crate) fn failed(e: ResolveError, id: Option<&str>) -> Reply {
     match (e, id) {
-        (ResolveError::NoProducer(_), None) => Reply::error(format!(
+        (ResolveError::NoProducer { .. }, None) => Reply::error(format!(
             "{TOOL}: no_producer({LIST}): no producer serves the trace listing on this substrate, \
              so no execution trace can be read here"
         )),
-        (ResolveError::NoProducer(_), Some(id)) => Reply::error(format!(
+        (ResolveError::NoProducer { .. }, Some(id)) => Reply::error(format!(
             "{TOOL}: no_producer({READ}): either no producer answered or trace {id} does not \
              exist (a satisfier-only reach persists none; its walk is in goal_reasoning)"
         )),
@@ -495,14 +495,17 @@ mod tests {
     /// only a peer substrate gives this answer now).
     #[test]
     fn no_producer_names_the_missing_trace_shape() {
-        let listing = failed(ResolveError::NoProducer(LIST.into()), None);
+        let listing = failed(ResolveError::NoProducer { shape: LIST.into() }, None);
         assert!(listing.is_error);
         assert!(
             listing.text.contains("no_producer(executionTraceList)"),
             "{}",
             listing.text
         );
-        let one = failed(ResolveError::NoProducer(READ.into()), Some("exec_k3j4"));
+        let one = failed(
+            ResolveError::NoProducer { shape: READ.into() },
+            Some("exec_k3j4"),
+        );
         assert!(
             one.text
                 .contains("no_producer(activityExecutionTrace): either no producer answered or trace exec_k3j4"),
