@@ -332,7 +332,10 @@ fn pick_target(
                     source: Source::Details,
                 });
             }
-            Err(why) => refused.push(format!("target: {raw:?} in the task's details: {why}")),
+            Err(why) => refused.push(format!(
+                "target: {raw:?} in the task's details: {}",
+                metabob_wire::report::with_hint(&why)
+            )),
         }
     }
     for c in trusted {
@@ -347,8 +350,9 @@ fn pick_target(
                     });
                 }
                 Err(why) => refused.push(format!(
-                    "target: {raw:?} in convention {}: {why}",
-                    c.concept_id
+                    "target: {raw:?} in convention {}: {}",
+                    c.concept_id,
+                    metabob_wire::report::with_hint(&why)
                 )),
             }
         }

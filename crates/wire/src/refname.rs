@@ -6,6 +6,8 @@
 //! The git rules are re-implemented here (the binary never shells out to git for its own
 //! decisions); `tests/refs/refname.rs` holds them to the real git CLI over a generated corpus.
 
+use crate::report::Hint;
+
 /// The longest `ref:` accepted, in bytes of its UTF-8 encoding. Bytes rather than characters
 /// because the limits that bite further down (file names under `.git/refs/`, path buffers)
 /// count bytes, and a byte count cannot be gamed with multi-byte characters.
@@ -13,56 +15,65 @@ pub const MAX_REF_LEN: usize = 100;
 
 /// Why a `ref:` was refused: one variant per rule, the first rule broken wins.
 ///
-/// Display is one line naming the rule and what to do about it.
+/// Display is one line naming the rule; its [`Hint`] says what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RefRefused {
-    #[error(
-        "ref refused: the name is empty; name a branch, or drop the ref: line to clone the default branch"
-    )]
+    #[error("ref refused: the name is empty")]
     Empty,
-    #[error(
-        "ref refused: the name is {len} bytes, over the {MAX_REF_LEN}-byte limit; use a shorter branch name"
-    )]
+    #[error("ref refused: the name is {len} bytes, over the {MAX_REF_LEN}-byte limit")]
     TooLong { len: usize },
-    #[error(
-        "ref refused: the name starts with '-', which a command line would read as an option; rename the branch"
-    )]
+    #[error("ref refused: the name starts with '-', which a command line would read as an option")]
     LeadingDash,
     #[error(
-        "ref refused: the name contains {}; branch names cannot hold spaces or control characters",
+        "ref refused: the name contains {}",
         shown(*.0)
     )]
     ControlOrSpace(char),
     #[error(
-        "ref refused: the name contains '{0}', which git reserves for revision syntax (~ ^ : ? * [ \\); remove it"
+        "ref refused: the name contains '{0}', which git reserves for revision syntax (~ ^ : ? * [ \\)"
     )]
     Forbidden(char),
-    #[error("ref refused: the name contains \"..\", which git reads as a range; use a single dot")]
+    #[error("ref refused: the name contains \"..\", which git reads as a range")]
     DoubleDot,
     #[error(
-        "ref refused: the name contains \"@{{\", which git reads as reflog or upstream syntax (this also covers @{{-N}}); remove it"
+        "ref refused: the name contains \"@{{\", which git reads as reflog or upstream syntax (this also covers @{{-N}})"
     )]
     AtBrace,
-    #[error(
-        "ref refused: the name has an empty path component (a leading '/' or \"//\"); separate components with one '/'"
-    )]
+    #[error("ref refused: the name has an empty path component (a leading '/' or \"//\")")]
     EmptyComponent,
-    #[error("ref refused: the name ends with '/'; drop the trailing slash")]
+    #[error("ref refused: the name ends with '/'")]
     EndsWithSlash,
-    #[error(
-        "ref refused: a path component starts with '.', which git keeps for hidden files; rename that component"
-    )]
+    #[error("ref refused: a path component starts with '.', which git keeps for hidden files")]
     ComponentStartsWithDot,
-    #[error(
-        "ref refused: a path component ends with \".lock\", which git uses for its lock files; rename that component"
-    )]
+    #[error("ref refused: a path component ends with \".lock\", which git uses for its lock files")]
     ComponentEndsWithLock,
-    #[error("ref refused: the name ends with '.'; drop the trailing dot")]
+    #[error("ref refused: the name ends with '.'")]
     EndsWithDot,
-    #[error(
-        "ref refused: \"HEAD\" names the checked-out commit, not a branch; name the branch itself"
-    )]
+    #[error("ref refused: \"HEAD\" names the checked-out commit, not a branch")]
     Head,
+}
+
+impl Hint for RefRefused {
+    fn hint(&self) -> Option<String> {
+        let what = match self {
+            RefRefused::Empty => "name a branch, or drop the ref: line to clone the default branch",
+            RefRefused::TooLong { .. } => "use a shorter branch name",
+            RefRefused::LeadingDash => "rename the branch",
+            RefRefused::ControlOrSpace(_) => {
+                "branch names cannot hold spaces or control characters"
+            }
+            RefRefused::Forbidden(_) => "remove it",
+            RefRefused::DoubleDot => "use a single dot",
+            RefRefused::AtBrace => "remove it",
+            RefRefused::EmptyComponent => "separate components with one '/'",
+            RefRefused::EndsWithSlash => "drop the trailing slash",
+            RefRefused::ComponentStartsWithDot => "rename that component",
+            RefRefused::ComponentEndsWithLock => "rename that component",
+            RefRefused::EndsWithDot => "drop the trailing dot",
+            RefRefused::Head => "name the branch itself",
+        };
+        Some(what.to_string())
+    }
 }
 
 /// Accepts a branch name exactly when `git check-ref-format --branch NAME` does outside a
@@ -206,7 +217,7 @@ mod tests {
     }
 
     #[test]
-    fn display_is_one_line_that_names_the_rule() {
+    fn display_is_one_line_that_names_the_rule_and_the_hint_what_to_do() {
         let all = [
             RefRefused::Empty,
             RefRefused::TooLong { len: 130 },
@@ -226,20 +237,28 @@ mod tests {
             let line = e.to_string();
             assert!(!line.contains('\n') && !line.contains('\t'), "{line:?}");
             assert!(line.starts_with("ref refused: "), "{line}");
+            // The advice is the hint's alone: the rule's words never say what to do.
+            let hint = e.hint().expect("every refusal says what to do");
+            assert!(!line.contains(&hint), "{line}");
         }
+        let long = RefRefused::TooLong { len: 130 };
         assert_eq!(
-            RefRefused::TooLong { len: 130 }.to_string(),
+            long.to_string(),
+            "ref refused: the name is 130 bytes, over the 100-byte limit"
+        );
+        assert_eq!(
+            crate::report::with_hint(&long),
             "ref refused: the name is 130 bytes, over the 100-byte limit; use a shorter branch name"
         );
         assert!(
             RefRefused::ControlOrSpace('\t')
                 .to_string()
-                .contains("contains the control character '\\t';")
+                .ends_with("contains the control character '\\t'")
         );
         assert!(
             RefRefused::ControlOrSpace(' ')
                 .to_string()
-                .contains("contains a space;")
+                .ends_with("contains a space")
         );
         assert!(RefRefused::AtBrace.to_string().contains("\"@{\""));
     }

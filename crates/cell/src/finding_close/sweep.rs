@@ -195,7 +195,8 @@ fn target_tip(repo: &Repo, target: &str) -> Result<Result<String, String>, CellE
     let shown = one_line(target, SHOWN_TARGET_CHARS);
     if let Err(e) = metabob_wire::refname::validate_ref(target) {
         return Ok(Err(format!(
-            "the pending verdict's target {shown:?} is no branch name ({e}); nothing was written"
+            "the pending verdict's target {shown:?} is no branch name ({}); nothing was written",
+            metabob_wire::report::with_hint(&e)
         )));
     }
     // The full ref name, so the target is looked up as a branch and never read as a revision.

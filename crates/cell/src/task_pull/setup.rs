@@ -23,6 +23,7 @@ use metabob_wire::header::find_line;
 use metabob_wire::parking::Parked;
 use metabob_wire::refname::validate_ref;
 use metabob_wire::repo_path::NotRepoPath;
+use metabob_wire::report::with_hint;
 use metabob_wire::util::{now_ms, rfc3339_ms, write_atomic};
 
 /// One pull's set-up step: what it reads besides the task.
@@ -135,7 +136,7 @@ impl Pull<'_> {
         if let Some(reference) = &reference
             && let Err(refused) = validate_ref(reference)
         {
-            let why = format!("ref {reference:?} refused: {refused}");
+            let why = format!("ref {reference:?} refused: {}", with_hint(&refused));
             return Ok(self.park(f, why).await);
         }
         let setup = Setup {
