@@ -59,8 +59,12 @@ pub const CALL_FANOUT: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
-    #[error("local_index_unavailable({module}: {reason})")]
-    Unavailable { module: String, reason: String },
+    #[error("local_index_unavailable({module}: {source})")]
+    Unavailable {
+        module: String,
+        #[source]
+        source: tree_sitter::LanguageError,
+    },
     #[error("local_index_io({path}: {source})")]
     Io {
         path: String,
