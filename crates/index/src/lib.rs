@@ -72,6 +72,9 @@ pub enum IndexError {
     },
 }
 
+/// No advice: the line names the grammar or the file and what failed.
+impl metabob_wire::report::Hint for IndexError {}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexOptions {
     /// File extensions, with or without the leading dot.
