@@ -41,3 +41,4 @@ mod soak;
 mod spec;
 mod support;
 mod take;
+mod verbose;

@@ -255,18 +255,12 @@ Examples:
     )
 }
 
-fn fail(e: LedgerError) -> CliError {
-    CliError::failure(e.to_string())
-}
-
 fn location(arg: DataArg, env: &Env) -> Result<Location, CliError> {
-    match (arg.store, arg.data) {
-        (Some(url), _) => Location::parse_store(&url).map_err(fail),
-        (None, Some(d)) => Ok(Location::Sqlite(d)),
-        (None, None) => metabob_ledger::default_data_dir(env)
-            .map(Location::Sqlite)
-            .map_err(fail),
-    }
+    Ok(match (arg.store, arg.data) {
+        (Some(url), _) => Location::parse_store(&url)?,
+        (None, Some(d)) => Location::Sqlite(d),
+        (None, None) => Location::Sqlite(metabob_ledger::default_data_dir(env)?),
+    })
 }
 
 /// The key and backup commands talk to the store with blocking calls (PostgreSQL's client among them),
@@ -274,10 +268,10 @@ fn location(arg: DataArg, env: &Env) -> Result<Location, CliError> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
 ) -> Result<T, CliError> {
-    tokio::task::spawn_blocking(f)
+    let done = tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| CliError::failure(format!("the command did not finish: {e}")))?
-        .map_err(fail)
+        .map_err(|e| CliError::failure(format!("the command did not finish: {e}")).because(e))?;
+    Ok(done?)
 }
 
 fn to_json(v: &impl serde::Serialize) -> String {
@@ -305,12 +299,12 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                     .map(|(cert, key)| metabob_ledger::TlsFiles { cert, key }),
                 max_connections: a.max_connections.map(|n| n as usize),
             };
-            metabob_ledger::serve(opts, env).await.map_err(fail)?;
+            metabob_ledger::serve(opts, env).await?;
         }
         LedgerCommand::Health(a) => {
             let healthy = metabob_ledger::health::probe(&a.url, &env)
                 .await
-                .map_err(|e| CliError::failure(format!("ledger health: {e}")))?;
+                .map_err(|e| CliError::caused_by("ledger health", e))?;
             let tls = if healthy.tls { ", TLS verified" } else { "" };
             metabob_wire::outln!("ok: {} (metabob-ledger {}{tls})", a.url, healthy.version);
         }

@@ -10,6 +10,7 @@ use crate::error::{CliError, CliResult, Exit};
 use metabob_mcp_server::Ctx;
 use metabob_mcp_server::{http, loopback};
 use metabob_wire::env::Env;
+use metabob_wire::report;
 
 /// Serve MCP over stdio: JSON-RPC on stdin/stdout, logs on stderr (RUST_LOG). The loopback
 /// resolver (POST /v2/impulses/resolve, GET /health) listens on 127.0.0.1 beside it, its address
@@ -63,9 +64,7 @@ pub async fn run(args: ServeArgs, env: Env) -> CliResult {
     match plan {
         Some(plan) => serve_http(ctx, plan).await,
         None => {
-            metabob_mcp_server::server::serve_stdio(ctx)
-                .await
-                .map_err(CliError::failure)?;
+            metabob_mcp_server::server::serve_stdio(ctx).await?;
             Ok(Exit::Ok)
         }
     }
@@ -89,7 +88,10 @@ async fn start_resolver(ctx: &Arc<Ctx>, port: Result<u16, loopback::LoopbackErro
                 std::future::pending::<()>(),
             ));
         }
-        Err(e) => announce(&format!("loopback resolver not started: {e}")),
+        Err(e) => announce(&format!(
+            "loopback resolver not started: {}",
+            report::with_hint(&e)
+        )),
     }
 }
 
@@ -103,11 +105,12 @@ async fn serve_http(ctx: Arc<Ctx>, plan: http::Plan) -> CliResult {
 
 /// A refused start: exit 2 when the key is missing (as for any missing credential), 1 otherwise.
 fn http_failure(e: http::HttpError) -> CliError {
-    if e.is_missing_key() {
-        CliError::not_attached(e.to_string())
+    let exit = if e.is_missing_key() {
+        Exit::NotAttached
     } else {
-        CliError::failure(e.to_string())
-    }
+        Exit::Failure
+    };
+    CliError::from(e).exit(exit)
 }
 
 /// One plain line on stderr, whatever RUST_LOG says: callers read addresses from it.

@@ -92,7 +92,7 @@ impl CochangeIndex {
             && (index.commits.iter())
                 .all(|c| c.files.is_sorted() && c.files.iter().all(|f| u64::from(*f) < n));
         if !in_range {
-            return Err(Discarded::Corrupt("a path or commit out of range".into()));
+            return Err(Discarded::corrupt("a path or commit out of range"));
         }
         Ok(index)
     }

@@ -59,14 +59,21 @@ pub const CALL_FANOUT: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
-    #[error("local_index_unavailable({module}: {reason})")]
-    Unavailable { module: String, reason: String },
+    #[error("local_index_unavailable({module}: {source})")]
+    Unavailable {
+        module: String,
+        #[source]
+        source: tree_sitter::LanguageError,
+    },
     #[error("local_index_io({path}: {source})")]
     Io {
         path: String,
         source: std::io::Error,
     },
 }
+
+/// No advice: the line names the grammar or the file and what failed.
+impl metabob_wire::report::Hint for IndexError {}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexOptions {

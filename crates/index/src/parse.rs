@@ -78,9 +78,9 @@ impl LangParser {
         let mut parser = Parser::new();
         parser
             .set_language(&grammar)
-            .map_err(|e| IndexError::Unavailable {
+            .map_err(|source| IndexError::Unavailable {
                 module: lang.module().into(),
-                reason: e.to_string(),
+                source,
             })?;
         // By name over every id: one kind name can have several ids (aliases).
         let flag = |kind: &str| {

@@ -35,11 +35,11 @@ pub enum Discarded {
     #[error("options_changed")]
     OptionsChanged,
     /// A stored file is gone, or its size or mtime differs.
-    #[error("file_changed({0})")]
-    FileChanged(String),
+    #[error("file_changed({path})")]
+    FileChanged { path: String },
     /// The listing has a file that the stored one has not.
-    #[error("new_file({0})")]
-    NewFile(String),
+    #[error("new_file({path})")]
+    NewFile { path: String },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -85,6 +85,7 @@ enum IdForm {
     Derived,
     /// The derived form plus `#n`: the n-th definition of the name on its line.
     Twin(u32),
+    /// Any other id, stored as it is: the id is data, not an error's words.
     Verbatim(String),
 }
 
@@ -112,8 +113,8 @@ fn invalid(msg: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_string())
 }
 
-fn corrupt(msg: &str) -> Discarded {
-    Unusable::Corrupt(msg.to_string()).into()
+fn corrupt(msg: &'static str) -> Discarded {
+    Unusable::corrupt(msg).into()
 }
 
 impl Index {
@@ -260,7 +261,7 @@ impl Index {
         let doc: LegacyDoc = serde_json::from_slice(&bytes).map_err(|e| {
             match serde_json::from_slice::<Header>(&bytes) {
                 Ok(h) if h.version != LEGACY_JSON_VERSION => legacy_version(h.version),
-                _ => corrupt(&e.to_string()),
+                _ => Unusable::corrupt(e).into(),
             }
         })?;
         if doc.version != LEGACY_JSON_VERSION {
@@ -335,7 +336,7 @@ impl Index {
         elapsed_ms: u64,
     ) -> Result<(), Discarded> {
         let opts = opts.normalized();
-        let now = scan(&self.root, &opts).map_err(|e| Unusable::Unreadable(e.to_string()))?;
+        let now = scan(&self.root, &opts).map_err(Unusable::unreadable)?;
         if let Some(d) = difference(&stored, &now) {
             return Err(d);
         }
@@ -483,12 +484,14 @@ fn difference(old: &Scan, new: &Scan) -> Option<Discarded> {
     let listed: HashMap<&str, _> = new.files.iter().map(|f| (f.path.as_str(), f)).collect();
     for f in &old.files {
         if listed.get(f.path.as_str()) != Some(&f) {
-            return Some(Discarded::FileChanged(f.path.clone()));
+            return Some(Discarded::FileChanged {
+                path: f.path.clone(),
+            });
         }
     }
     for p in &old.too_large {
         if !new.too_large.contains(p) {
-            return Some(Discarded::FileChanged(p.clone()));
+            return Some(Discarded::FileChanged { path: p.clone() });
         }
     }
     let known: HashSet<&String> = old
@@ -504,7 +507,9 @@ fn difference(old: &Scan, new: &Scan) -> Option<Discarded> {
         .chain(&new.too_large)
         .find(|p| !known.contains(p));
     if let Some(p) = added {
-        return Some(Discarded::NewFile(p.clone()));
+        return Some(Discarded::NewFile { path: p.clone() });
     }
-    (old != new).then(|| Discarded::NewFile("(listing beyond the file cap)".into()))
+    (old != new).then(|| Discarded::NewFile {
+        path: "(listing beyond the file cap)".into(),
+    })
 }

@@ -73,8 +73,9 @@ impl BoardRequest {
 
     /// The answer to `taskBoard`.
     pub fn run(self, conn: Sql<'_>, org: &str, now_ms: i64) -> Result<Value, ApiError> {
-        serde_json::to_value(self.board(conn, org, now_ms)?).map_err(|e| {
-            ApiError::Internal(format!("taskBoard: the answer did not serialize: {e}"))
+        serde_json::to_value(self.board(conn, org, now_ms)?).map_err(|source| ApiError::Serialize {
+            what: "taskBoard",
+            source,
         })
     }
 

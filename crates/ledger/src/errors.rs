@@ -7,7 +7,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-/// A failure of `ledger serve` or `ledger key …`, reported as one line.
+use metabob_wire::report::{self, Hint};
+
+/// A failure of `ledger serve` or `ledger key …`, reported as one line; what to do about it is
+/// its [`Hint`].
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("ledger database {path}: {source}")]
@@ -27,19 +30,130 @@ pub enum LedgerError {
         addr: String,
         source: std::io::Error,
     },
-    #[error("no HOME in the environment; pass --data DIR")]
+    #[error("no HOME in the environment")]
     NoHome,
+    /// A flag or a file refused by a check of this crate: the words are written where the
+    /// check is, and no other error lies behind them.
     #[error("{0}")]
     Usage(String),
-    #[error("no key with id {0}; `metabob-mcp ledger key list` shows the ids")]
-    UnknownKey(String),
+    #[error("no key with id {key_id}")]
+    UnknownKey { key_id: String },
+    /// A `--producer SHAPE=URL` whose URL does not parse.
+    #[error("--producer {spec:?}: {source}")]
+    ProducerUrl {
+        spec: String,
+        #[source]
+        source: metabob_net::UrlError,
+    },
+    /// `ledger restore --from` names a file that cannot be read.
+    #[error("--from {}: {source}", path.display())]
+    BackupUnreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// The store could not be reached or readied; `at` never shows a password.
-    #[error("ledger store {at}: {detail}")]
-    Store { at: String, detail: String },
+    #[error("ledger store {at}: {source}")]
+    Store {
+        at: String,
+        #[source]
+        source: StoreError,
+    },
+    /// Blocking work (opening the store, the first start, closing it) that did not return.
+    #[error("{what} failed: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
     #[error("ledger store: {0}")]
     Api(#[from] ApiError),
     #[error("{0}")]
     Tls(#[from] metabob_net::serve::TlsFileError),
+}
+
+impl Hint for LedgerError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            LedgerError::NoHome => Some("pass --data DIR".into()),
+            LedgerError::UnknownKey { .. } => {
+                Some("`metabob-mcp ledger key list` shows the ids".into())
+            }
+            LedgerError::BackupUnreadable { .. } => {
+                Some("name a file `ledger backup` wrote".into())
+            }
+            LedgerError::Store { source, .. } => source.hint(),
+            LedgerError::Api(e) => e.hint(),
+            _ => None,
+        }
+    }
+}
+
+/// What went wrong with a store, under [`LedgerError::Store`] which names it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not a PostgreSQL connection URL ({0})")]
+    PgUrl(#[source] postgres::Error),
+    /// tokio-postgres names only the step ("error connecting to server"); why is its source.
+    #[error("cannot connect")]
+    Connect(#[source] postgres::Error),
+    /// The SQLite file's schema could not be brought up to date.
+    #[error("bringing the schema up to date")]
+    Schema(#[source] ApiError),
+    /// The same on PostgreSQL, whose client says only "db error": the server's own words went
+    /// to the log.
+    #[error("bringing the schema up to date")]
+    PgSchema(#[source] ApiError),
+    /// `ledger backup` waited its time for a file another connection held exclusively.
+    #[error("the file stayed locked for {secs} s")]
+    Locked { secs: u64 },
+    /// The copy did not pass SQLite's integrity check. The advice stays in the line, joined
+    /// with a comma: the line says nothing was written, and "try again" finishes that thought.
+    #[error(
+        "the copy failed its check ({check}, journal {mode}); nothing was written to the \
+         target, try again"
+    )]
+    CheckFailed { check: String, mode: String },
+}
+
+impl Hint for StoreError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            StoreError::PgUrl(_) => Some("write postgres://USER@HOST:PORT/DATABASE".into()),
+            StoreError::Connect(_) => {
+                Some("is PostgreSQL running there and the database created?".into())
+            }
+            StoreError::PgSchema(_) => Some(LOG_HAS_IT.into()),
+            StoreError::Locked { .. } => Some("try the backup again".into()),
+            StoreError::Schema(_) | StoreError::CheckFailed { .. } => None,
+        }
+    }
+}
+
+/// Where a failure's cause is when the answer cannot say it.
+const LOG_HAS_IT: &str = "the server's log has the cause";
+
+/// Why a pointer did not reach its producer.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardCause {
+    #[error("producer URL {url}: {source}")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: metabob_net::UrlError,
+    },
+    #[error(transparent)]
+    Net(#[from] metabob_net::NetError),
+}
+
+// The producer's network cause keeps its advice (a proxy to set, a CA to name) on the body's line.
+impl Hint for ForwardCause {
+    fn hint(&self) -> Option<String> {
+        match self {
+            ForwardCause::BadUrl { source, .. } => source.hint(),
+            ForwardCause::Net(e) => e.hint(),
+        }
+    }
 }
 
 /// Which search bound a `query` went over (SPEC.md §The embedded ledger).
@@ -77,7 +191,8 @@ impl QueryBound {
 /// database's own text: that goes to the log.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// A missing or malformed field; the detail names which.
+    /// A missing or malformed field; the detail names which, in the words of the check that
+    /// refused it (the caller reads them in the answer's `detail`).
     #[error("bad_request: {0}")]
     BadRequest(String),
     /// A search query over one of its bounds.
@@ -91,10 +206,10 @@ pub enum ApiError {
     KeyRejected(&'static str),
     #[error("forbidden: key lacks write scope")]
     Forbidden,
-    #[error("concept_not_found: {0}")]
-    ConceptNotFound(String),
-    #[error("no_producer({0})")]
-    NoProducer(String),
+    #[error("concept_not_found: {id}")]
+    ConceptNotFound { id: String },
+    #[error("no_producer({shape})")]
+    NoProducer { shape: String },
     /// No route has this path.
     #[error("not_found: no route for {method} {path}")]
     RouteNotFound { method: String, path: String },
@@ -127,8 +242,13 @@ pub enum ApiError {
     /// with the budget that ran out; the variant exists so that no string is matched to tell.
     #[error("request_budget_exceeded: the database work was interrupted")]
     Interrupted,
-    #[error("forward_failed({shape}): unreachable: {detail}")]
-    ForwardUnreachable { shape: String, detail: String },
+    /// Boxed, so that every `Result<_, ApiError>` stays small.
+    #[error("forward_failed({shape}): unreachable: {cause}")]
+    ForwardUnreachable {
+        shape: String,
+        #[source]
+        cause: Box<ForwardCause>,
+    },
     #[error("forward_failed({shape}): timeout after {timeout_ms} ms")]
     ForwardTimeout { shape: String, timeout_ms: u64 },
     /// Another replica's write held what this one needed in a cycle, and retrying did not
@@ -138,6 +258,23 @@ pub enum ApiError {
     /// The database failed; what it said is in the server's log, never in the answer.
     #[error("internal: database failure")]
     Database,
+    /// An answer could not be turned into JSON: a fault of this crate.
+    #[error("internal: {what}: the answer did not serialize")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A blocking task that did not return (it panicked, a bug). The caller hears only that
+    /// the work did not finish, since a panic message may quote anything.
+    #[error("internal: the {what} did not finish")]
+    TaskFailed {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// A fault of this crate's own (a row just written that does not read back, say), worded
+    /// where it is found; no other error lies behind it.
     #[error("internal: {0}")]
     Internal(String),
     /// Any other refusal produced below the handlers (the last line of `routes::json_errors`).
@@ -164,8 +301,8 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::QueryTooLarge { .. } => StatusCode::BAD_REQUEST,
             ApiError::KeyRejected(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
-            ApiError::ConceptNotFound(_)
-            | ApiError::NoProducer(_)
+            ApiError::ConceptNotFound { .. }
+            | ApiError::NoProducer { .. }
             | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } | ApiError::RowTooLarge { .. } => {
@@ -179,7 +316,10 @@ impl ApiError {
                 StatusCode::BAD_GATEWAY
             }
             ApiError::StoreFull => StatusCode::INSUFFICIENT_STORAGE,
-            ApiError::Database | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Database
+            | ApiError::Internal(_)
+            | ApiError::Serialize { .. }
+            | ApiError::TaskFailed { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Status(status) => *status,
         }
     }
@@ -194,11 +334,11 @@ impl ApiError {
             }),
             ApiError::KeyRejected(why) => json!({"error": "key_rejected", "detail": why}),
             ApiError::Forbidden => json!({"error": "forbidden", "detail": "key lacks write scope"}),
-            ApiError::ConceptNotFound(id) => {
+            ApiError::ConceptNotFound { id } => {
                 json!({"error": "concept_not_found", "concept_id": id, "detail": "no such concept in this key's org"})
             }
             // The client recognises no_producer by exactly this body, so it carries no extra fields.
-            ApiError::NoProducer(shape) => json!({"error": "Not found", "shape": shape}),
+            ApiError::NoProducer { shape } => json!({"error": "Not found", "shape": shape}),
             ApiError::RouteNotFound { method, path } => json!({
                 "error": "not_found",
                 "detail": format!("no route for {method} {}", shorten(path)),
@@ -248,7 +388,8 @@ impl ApiError {
                 "error": "request_budget_exceeded",
                 "detail": "the request's database work was stopped; nothing was written",
             }),
-            ApiError::ForwardUnreachable { shape, detail } => {
+            ApiError::ForwardUnreachable { shape, cause } => {
+                let detail = report::with_hint(cause.as_ref());
                 json!({"error": "forward_failed", "shape": shape, "reason": "unreachable", "detail": detail})
             }
             ApiError::ForwardTimeout { shape, timeout_ms } => json!({
@@ -264,6 +405,15 @@ impl ApiError {
                 "detail": "the ledger's database failed; the server's log has the cause",
             }),
             ApiError::Internal(detail) => json!({"error": "internal", "detail": detail}),
+            ApiError::Serialize { what, source } => json!({
+                "error": "internal",
+                "detail": format!("{what}: the answer did not serialize: {source}"),
+            }),
+            // Not `report::with_hint`: the join error's words (a panic message) stay in the log.
+            ApiError::TaskFailed { what, .. } => json!({
+                "error": "internal",
+                "detail": report::join(format!("the {what} did not finish"), self.hint().as_deref()),
+            }),
             ApiError::Status(status) => json!({
                 "error": status_token(*status),
                 "detail": status.canonical_reason().unwrap_or("refused"),
@@ -278,6 +428,16 @@ impl ApiError {
             self,
             ApiError::PayloadTooLarge { .. } | ApiError::RequestTimeout { .. }
         )
+    }
+}
+
+impl Hint for ApiError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            ApiError::TaskFailed { .. } => Some(LOG_HAS_IT.into()),
+            ApiError::ForwardUnreachable { cause, .. } => cause.hint(),
+            _ => None,
+        }
     }
 }
 

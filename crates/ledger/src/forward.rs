@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::errors::ApiError;
+use super::errors::{ApiError, ForwardCause};
 use super::resolve::Answer;
 use metabob_net::{NetCause, NetClient, Request, Url};
 use metabob_wire::env::Env;
@@ -33,12 +33,16 @@ impl Forwarder {
         authorization: Option<String>,
         timeout: Duration,
     ) -> Result<Answer, ApiError> {
-        let unreachable = |detail: String| ApiError::ForwardUnreachable {
+        let unreachable = |cause: ForwardCause| ApiError::ForwardUnreachable {
             shape: shape.to_string(),
-            detail,
+            cause: Box::new(cause),
         };
-        let target =
-            Url::parse(url).map_err(|e| unreachable(format!("producer URL {url}: {e}")))?;
+        let target = Url::parse(url).map_err(|source| {
+            unreachable(ForwardCause::BadUrl {
+                url: url.to_string(),
+                source,
+            })
+        })?;
         // A write must not run twice at the producer, and a read's retry is the client's call.
         let mut req = Request::post_json(target, &json!({ "pointer": pointer })).budget(timeout);
         if let Some(auth) = authorization {
@@ -55,8 +59,7 @@ impl Forwarder {
                     shape: shape.to_string(),
                     timeout_ms: timeout.as_millis() as u64,
                 }),
-                // The client reads this line as the producer's cause, advice and all.
-                cause => Err(unreachable(metabob_wire::report::with_hint(&cause))),
+                _ => Err(unreachable(ForwardCause::Net(e))),
             },
         }
     }

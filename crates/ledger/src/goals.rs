@@ -117,6 +117,8 @@ pub async fn resolve(
                 })
                 .await
         }
-        other => Err(ApiError::NoProducer(other.to_string())),
+        other => Err(ApiError::NoProducer {
+            shape: other.to_string(),
+        }),
     }
 }

@@ -28,6 +28,9 @@ pub enum Unhealthy {
     NotOk { url: String, status: u16 },
 }
 
+/// No advice of its own: the line names the URL and what it did.
+impl metabob_wire::report::Hint for Unhealthy {}
+
 /// What a healthy ledger said.
 #[derive(Debug)]
 pub struct Healthy {

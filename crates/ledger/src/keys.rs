@@ -420,7 +420,9 @@ pub fn revoke_key(at: &Location, key_id: &str) -> Result<Revoked, LedgerError> {
         Ok(revoked)
     })?;
     match revoked {
-        None => Err(LedgerError::UnknownKey(key_id.to_string())),
+        None => Err(LedgerError::UnknownKey {
+            key_id: key_id.to_string(),
+        }),
         Some(Some(_)) => Ok(Revoked::Already),
         Some(None) => Ok(Revoked::Now),
     }

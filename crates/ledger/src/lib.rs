@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-pub use errors::{ApiError, LedgerError};
+pub use errors::{ApiError, ForwardCause, LedgerError, StoreError};
 pub use keys::{CreatedKey, KeyInfo, KeyRequest, Revoked, create_key, list_keys, revoke_key};
 
 use db::Db;
@@ -260,8 +260,11 @@ pub fn parse_producers(specs: &[String]) -> Result<BTreeMap<String, String>, Led
             .ok_or_else(|| {
                 LedgerError::Usage(format!("--producer {spec:?}: expected SHAPE=URL"))
             })?;
-        if let Err(e) = metabob_net::Url::parse(url) {
-            return Err(LedgerError::Usage(format!("--producer {spec:?}: {e}")));
+        if let Err(source) = metabob_net::Url::parse(url) {
+            return Err(LedgerError::ProducerUrl {
+                spec: spec.clone(),
+                source,
+            });
         }
         if LEDGER_SHAPES.contains(&shape) && !goals::GOAL_SHAPES.contains(&shape) {
             return Err(LedgerError::Usage(format!(
@@ -323,12 +326,18 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
     let at = opts.store.clone();
     let db = tokio::task::spawn_blocking(move || Db::open(&at, limits.readers))
         .await
-        .map_err(|e| LedgerError::Usage(format!("opening the ledger failed: {e}")))??;
+        .map_err(|source| LedgerError::Task {
+            what: "opening the ledger",
+            source,
+        })??;
     {
         let (db, env, url) = (db.clone(), env.clone(), public_url.clone());
         tokio::task::spawn_blocking(move || first_start(&db, &env, &url))
             .await
-            .map_err(|e| LedgerError::Usage(format!("first start failed: {e}")))??;
+            .map_err(|source| LedgerError::Task {
+                what: "first start",
+                source,
+            })??;
     }
 
     let max_connections = connection_cap(opts.max_connections);
@@ -379,7 +388,10 @@ pub async fn serve(opts: ServeOptions, env: Env) -> Result<(), LedgerError> {
     // it is dropped.
     tokio::task::spawn_blocking(move || db.close())
         .await
-        .map_err(|e| LedgerError::Usage(format!("closing the store failed: {e}")))?;
+        .map_err(|source| LedgerError::Task {
+            what: "closing the store",
+            source,
+        })?;
     tracing::info!("ledger stopped");
     Ok(())
 }

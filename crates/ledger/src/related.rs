@@ -135,7 +135,7 @@ impl RelatedRequest {
             }
             let concept = match load_concept(conn, org, &id) {
                 Ok(c) => c,
-                Err(ApiError::ConceptNotFound(_)) => continue,
+                Err(ApiError::ConceptNotFound { .. }) => continue,
                 Err(e) => return Err(e),
             };
             let Ok(Some(f)) = Finding::read(&concept) else {

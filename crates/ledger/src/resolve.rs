@@ -284,7 +284,9 @@ pub async fn dispatch(
                     .forward(other, url, &pointer, auth_header, ledger.forward_timeout)
                     .await
             }
-            None => Err(ApiError::NoProducer(other.to_string())),
+            None => Err(ApiError::NoProducer {
+                shape: other.to_string(),
+            }),
         },
     }
 }

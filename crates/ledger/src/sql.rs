@@ -17,6 +17,7 @@ use super::errors::ApiError;
 pub enum Arg {
     Int(i64),
     Real(f64),
+    /// A text parameter bound to a statement: data, not an error's words.
     Text(String),
     NullInt,
     NullReal,

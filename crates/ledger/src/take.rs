@@ -331,7 +331,7 @@ impl TakeRequest {
 fn open_task(conn: Sql<'_>, org: &str, id: &str) -> Result<Option<Finding>, ApiError> {
     let concept = match load_concept(conn, org, id) {
         Ok(c) => c,
-        Err(ApiError::ConceptNotFound(_)) => return Ok(None),
+        Err(ApiError::ConceptNotFound { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
     Ok(match Finding::read(&concept) {

@@ -55,7 +55,7 @@ pub(crate) fn find_task(conn: Sql<'_>, org: &str, id: &str) -> Result<Option<Fin
     for c in concepts {
         let concept = match load_concept(conn, org, &c) {
             Ok(concept) => concept,
-            Err(ApiError::ConceptNotFound(_)) => continue,
+            Err(ApiError::ConceptNotFound { .. }) => continue,
             Err(e) => return Err(e),
         };
         if let Ok(Some(f)) = Finding::read(&concept)
@@ -98,8 +98,9 @@ impl HistoryRequest {
             },
             Some(task) => history(conn, org, &task, now_ms)?,
         };
-        serde_json::to_value(history).map_err(|e| {
-            ApiError::Internal(format!("taskHistory: the answer did not serialize: {e}"))
+        serde_json::to_value(history).map_err(|source| ApiError::Serialize {
+            what: "taskHistory",
+            source,
         })
     }
 }
@@ -272,10 +273,9 @@ impl ActionRequest {
             action: self.action,
             done,
         };
-        let mut body = serde_json::to_value(done).map_err(|e| {
-            ApiError::Internal(format!(
-                "taskAction_write: the answer did not serialize: {e}"
-            ))
+        let mut body = serde_json::to_value(done).map_err(|source| ApiError::Serialize {
+            what: "taskAction_write",
+            source,
         })?;
         body["outcome"] = "done".into();
         Ok(body)

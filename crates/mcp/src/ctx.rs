@@ -117,7 +117,9 @@ impl Ctx {
         self.store
             .get_or_init(|| {
                 let path = store_path(&self.env).ok_or_else(|| NO_STORE.to_string())?;
-                Store::open(&path).map(Arc::new).map_err(|e| e.to_string())
+                Store::open(&path)
+                    .map(Arc::new)
+                    .map_err(|e| metabob_wire::report::with_hint(&e))
             })
             .clone()
     }
@@ -143,7 +145,7 @@ impl Ctx {
                 })?;
                 Sidecar::open(&path)
                     .map(Arc::new)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| metabob_wire::report::with_hint(&e))
             })
             .clone()
     }

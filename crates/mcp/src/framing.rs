@@ -28,6 +28,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
+use metabob_wire::report;
+
 /// The longest line read as a message, not counting its line end (anchor: MAX_LINE_BYTES). A
 /// longer line is read to its end without being kept, and answered with an error.
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
@@ -182,7 +184,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     return;
                 }
             }
-            Verdict::Ignore(why) => tracing::warn!("ignored a message: {why}"),
+            Verdict::Ignore(why) => tracing::warn!("ignored a message: {}", report::line(&why)),
             Verdict::Blank => {}
         }
     }
@@ -258,9 +260,19 @@ pub(crate) enum Verdict {
     /// Not a message rmcp can take: this error response is the answer.
     Answer(ErrorAnswer),
     /// A malformed notification or response: JSON-RPC answers neither, so it is only logged.
-    Ignore(String),
+    Ignore(Ignored),
     /// An empty line: framing, not a message.
     Blank,
+}
+
+/// Why a message was passed over without an answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Ignored {
+    #[error("a response that does not parse ({0})")]
+    Response(#[source] serde_json::Error),
+    /// `why` is the check's own words: the params are not an object, or do not fit the method.
+    #[error("notification {method}: {why}")]
+    Notification { method: String, why: String },
 }
 
 /// Sorts one line (anchor: classify): a message for rmcp, or the JSON-RPC error that answers it.
@@ -313,7 +325,7 @@ pub(crate) fn classify(line: &[u8]) -> Verdict {
             // A response to a request of ours (roots/list).
             return match serde_json::from_value(Value::Object(object)) {
                 Ok(msg) => Verdict::Deliver(Box::new(msg)),
-                Err(e) => Verdict::Ignore(format!("a response that does not parse ({e})")),
+                Err(e) => Verdict::Ignore(Ignored::Response(e)),
             };
         }
         None => {
@@ -330,7 +342,10 @@ pub(crate) fn classify(line: &[u8]) -> Verdict {
             ErrorCode::INVALID_PARAMS,
             &format!("Invalid params: {method}: {why}"),
         )),
-        None => Verdict::Ignore(format!("notification {method}: {why}")),
+        None => Verdict::Ignore(Ignored::Notification {
+            method: method.clone(),
+            why,
+        }),
     };
     if params.as_ref().is_some_and(|p| !p.is_object()) {
         return bad_params("params must be an object".into());

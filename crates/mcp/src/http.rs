@@ -32,6 +32,8 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// What every answer is: JSON, never an event stream (see [`accept_json`]).
 const ACCEPTS: &str = "application/json, text/event-stream";
 
+/// `KeyRequired` and `BadAddress` keep their advice in the line: it is joined there with `:` and
+/// `;` as one sentence (a snapshot pins it), not appended after it as a hint.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error(
@@ -44,11 +46,21 @@ pub enum HttpError {
          localhost, for example 127.0.0.1:8765 (port 0 picks a free one)"
     )]
     BadAddress { addr: String },
-    #[error("serve --http {addr}: cannot listen: {source}; choose another address or port")]
+    #[error("serve --http {addr}: cannot listen: {source}")]
     Bind {
         addr: String,
+        #[source]
         source: std::io::Error,
     },
+}
+
+impl metabob_wire::report::Hint for HttpError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            HttpError::Bind { .. } => Some("choose another address or port".into()),
+            HttpError::KeyRequired { .. } | HttpError::BadAddress { .. } => None,
+        }
+    }
 }
 
 impl HttpError {

@@ -28,6 +28,7 @@ use super::server::answer_even_if_it_panics;
 use super::tools::{self, Reply};
 use crate::agent_queue::{Sidecar, Solicitation, queue_vessel};
 use metabob_wire::env::Env;
+use metabob_wire::report;
 
 /// The largest request body read, as for one MCP line on stdio (`framing::MAX_LINE_BYTES`);
 /// a larger one is answered 413 without being kept.
@@ -81,13 +82,28 @@ pub const QUEUED_SHAPES: &[&str] = &["human_input"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoopbackError {
-    #[error("METABOB_RESOLVER_PORT={0:?} is not a port (0 to 65535; 0 or unset picks a free one)")]
-    BadPort(String),
+    /// The parenthesis says what a port is, as part of the line rather than advice after it.
     #[error(
-        "cannot listen on 127.0.0.1:{port}: {source}; choose another --resolver-port (0 picks a \
-         free one) or pass --no-resolver"
+        "METABOB_RESOLVER_PORT={value:?} is not a port (0 to 65535; 0 or unset picks a free one)"
     )]
-    Bind { port: u16, source: std::io::Error },
+    BadPort { value: String },
+    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    Bind {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl metabob_wire::report::Hint for LoopbackError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            LoopbackError::BadPort { .. } => None,
+            LoopbackError::Bind { .. } => Some(
+                "choose another --resolver-port (0 picks a free one) or pass --no-resolver".into(),
+            ),
+        }
+    }
 }
 
 /// The port asked for: `--resolver-port`, else `METABOB_RESOLVER_PORT`, else 0 (any free one).
@@ -97,9 +113,9 @@ pub fn requested_port(flag: Option<u16>, env: &Env) -> Result<u16, LoopbackError
     }
     match env.get("METABOB_RESOLVER_PORT").map(str::trim) {
         None | Some("") => Ok(0),
-        Some(v) => v
-            .parse::<u16>()
-            .map_err(|_| LoopbackError::BadPort(v.to_string())),
+        Some(v) => v.parse::<u16>().map_err(|_| LoopbackError::BadPort {
+            value: v.to_string(),
+        }),
     }
 }
 
@@ -534,7 +550,7 @@ async fn queue(r: &Resolver, id: Value, s: Solicitation) -> Value {
             sidecar
                 .enqueue(&vessel, s)
                 .map(|ack| ack.solicitation_id)
-                .map_err(|e| format!("human_input: not queued: {e}"))
+                .map_err(|e| format!("human_input: not queued: {}", report::with_hint(&e)))
         })
         .await
         .unwrap_or_else(|e| Err(format!("human_input: queueing stopped unexpectedly: {e}"))),
@@ -565,7 +581,7 @@ async fn queue(r: &Resolver, id: Value, s: Solicitation) -> Value {
 /// reads: the workspace is decided as for a tool call, since the vessel is derived from it.
 async fn queue_target(ctx: &Ctx) -> Result<(Arc<Sidecar>, String), String> {
     ctx.workspace.settle_roots().await;
-    let here = ctx.here().map_err(|e| format!("human_input: {e}"))?;
+    let here = (ctx.here()).map_err(|e| format!("human_input: {}", report::with_hint(&e)))?;
     let vessel = queue_vessel(here.session.vessel.as_deref());
     let sidecar = ctx.sidecar().map_err(|e| format!("human_input: {e}"))?;
     Ok((sidecar, vessel))

@@ -265,7 +265,6 @@ mod tests {
     use serde_json::json;
 
     #[derive(serde::Deserialize, JsonSchema)]
-    #[allow(dead_code)]
     struct Args {
         #[schemars(length(max = 3))]
         files: Vec<String>,
@@ -277,16 +276,14 @@ mod tests {
         pointer: Option<Map<String, Value>>,
     }
 
-    #[derive(serde::Deserialize, JsonSchema)]
+    #[derive(Debug, PartialEq, serde::Deserialize, JsonSchema)]
     #[serde(rename_all = "lowercase")]
-    #[allow(dead_code)]
     enum Kind {
         Bug,
         Smell,
     }
 
     #[derive(serde::Deserialize, JsonSchema)]
-    #[allow(dead_code)]
     struct Inner {
         x: u32,
     }
@@ -301,6 +298,20 @@ mod tests {
         let ok = json!({"files": ["a"], "limit": 5, "severity": "HIGH", "kind": "bug",
             "inner": {"x": 1}, "pointer": {"anything": 1}});
         assert_eq!(validate(&s, &ok, ""), Ok(()));
+        // What the schema accepts is what serde reads, field by field.
+        let read: Args = serde_json::from_value(ok).expect("an accepted value deserializes");
+        assert_eq!(read.files, ["a"]);
+        assert_eq!(read.limit, Some(5));
+        assert_eq!(read.severity, Some(metabob_wire::finding::Severity::High));
+        assert_eq!(read.kind, Some(Kind::Bug));
+        assert_eq!(read.inner.map(|i| i.x), Some(1));
+        assert_eq!(
+            read.pointer.and_then(|p| p.get("anything").cloned()),
+            Some(json!(1))
+        );
+        let smell: Args = serde_json::from_value(json!({"files": [], "kind": "smell"}))
+            .expect("an accepted value deserializes");
+        assert_eq!(smell.kind, Some(Kind::Smell));
         let cases = [
             (json!({}), "files: required"),
             (json!({"files": "a"}), "files: expected"),

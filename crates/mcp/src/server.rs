@@ -124,9 +124,22 @@ impl ServerHandler for Server {
     }
 }
 
+/// Why an MCP session stopped other than by its client leaving.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Boxed: rmcp's error is large, and this one is returned through every caller.
+    #[error("the MCP session did not start")]
+    Start(#[source] Box<rmcp::service::ServerInitializeError>),
+    #[error("the MCP session ended abnormally")]
+    Ended(#[source] tokio::task::JoinError),
+}
+
+/// No advice: the session's own transport failed, and its cause is the line.
+impl metabob_wire::report::Hint for SessionError {}
+
 /// Serves MCP on a byte stream until the client closes it (the in-process tests' entry), through
 /// the same framing as stdio.
-pub async fn serve<R, W>(ctx: Arc<Ctx>, (read, write): (R, W)) -> Result<(), String>
+pub async fn serve<R, W>(ctx: Arc<Ctx>, (read, write): (R, W)) -> Result<(), SessionError>
 where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
@@ -137,12 +150,12 @@ where
 /// Serves MCP on this process's stdin and stdout (anchor: serve_stdio). rmcp logs a failed
 /// write and reads on, so a client that closed our stdout would leave the server running: a
 /// failed write to stdout ends the session instead (the framing's writer signals it).
-pub async fn serve_stdio(ctx: Arc<Ctx>) -> Result<(), String> {
+pub async fn serve_stdio(ctx: Arc<Ctx>) -> Result<(), SessionError> {
     run(ctx, tokio::io::stdin(), tokio::io::stdout()).await
 }
 
 /// Runs a session on framed `read` and `write` until the input ends or the output fails.
-async fn run<R, W>(ctx: Arc<Ctx>, read: R, write: W) -> Result<(), String>
+async fn run<R, W>(ctx: Arc<Ctx>, read: R, write: W) -> Result<(), SessionError>
 where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
@@ -153,11 +166,11 @@ where
         let running = Server::new(ctx)
             .serve(transport)
             .await
-            .map_err(|e| format!("the MCP session did not start: {e}"))?;
+            .map_err(|e| SessionError::Start(Box::new(e)))?;
         let cancel = running.cancellation_token();
         tokio::select! {
             r = running.waiting() => {
-                r.map_err(|e| format!("the MCP session ended abnormally: {e}"))?;
+                r.map_err(SessionError::Ended)?;
             }
             _ = gone.notified() => {
                 tracing::info!("stdout is closed: the client is gone");

@@ -51,17 +51,27 @@ pub enum Roots {
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
     #[error(
-        "workspace_undetermined: the server runs in the plugin's folder ({0}) and no workspace is \
-         named; call init_workspace with the project's absolute workspace_path first"
+        "workspace_undetermined: the server runs in the plugin's folder ({}) and no workspace is \
+         named",
+        launch.display()
     )]
-    Undetermined(String),
-    #[error(
-        "workspace_undetermined: {0} is the plugin's folder or inside it, not a project; call \
-         init_workspace with the project's absolute workspace_path"
-    )]
-    PluginPath(String),
-    #[error("workspace_path {0} is not an existing directory; nothing was bound")]
-    NotADirectory(String),
+    Undetermined { launch: PathBuf },
+    /// `given` is the `workspace_path` as the caller wrote it.
+    #[error("workspace_undetermined: {given} is the plugin's folder or inside it, not a project")]
+    PluginPath { given: String },
+    #[error("workspace_path {given} is not an existing directory; nothing was bound")]
+    NotADirectory { given: String },
+}
+
+impl metabob_wire::report::Hint for WorkspaceError {
+    fn hint(&self) -> Option<String> {
+        let call = "call init_workspace with the project's absolute workspace_path";
+        match self {
+            WorkspaceError::Undetermined { .. } => Some(format!("{call} first")),
+            WorkspaceError::PluginPath { .. } => Some(call.into()),
+            WorkspaceError::NotADirectory { .. } => None,
+        }
+    }
 }
 
 pub struct Workspace {
@@ -130,10 +140,14 @@ impl Workspace {
             self.launch.join(p)
         };
         if !p.is_dir() {
-            return Err(WorkspaceError::NotADirectory(given.to_string()));
+            return Err(WorkspaceError::NotADirectory {
+                given: given.to_string(),
+            });
         }
         if self.in_plugin(&real(&p)) {
-            return Err(WorkspaceError::PluginPath(given.to_string()));
+            return Err(WorkspaceError::PluginPath {
+                given: given.to_string(),
+            });
         }
         *self.explicit.lock().expect("no panic holds the lock") = Some(p.clone());
         Ok(p)
@@ -174,9 +188,9 @@ impl Workspace {
             return pick(first.clone(), Source::Root);
         }
         if self.in_plugin(&self.launch) {
-            return Err(WorkspaceError::Undetermined(
-                self.launch.display().to_string(),
-            ));
+            return Err(WorkspaceError::Undetermined {
+                launch: self.launch.clone(),
+            });
         }
         pick(self.launch.clone(), Source::LaunchDir)
     }
@@ -234,11 +248,17 @@ mod tests {
             &[("PLUGIN_ROOT", plugin.to_str().expect("utf-8"))],
             &plugin.join("sub"),
         ));
-        assert!(matches!(w.decide(), Err(WorkspaceError::Undetermined(_))));
-        assert!(matches!(w.bind("."), Err(WorkspaceError::PluginPath(_))));
+        assert!(matches!(
+            w.decide(),
+            Err(WorkspaceError::Undetermined { .. })
+        ));
+        assert!(matches!(
+            w.bind("."),
+            Err(WorkspaceError::PluginPath { .. })
+        ));
         assert!(matches!(
             w.bind("/no/such/dir"),
-            Err(WorkspaceError::NotADirectory(_))
+            Err(WorkspaceError::NotADirectory { .. })
         ));
         w.bind(d.path().to_str().expect("utf-8")).expect("bound");
         assert_eq!(w.decide().expect("decided").path, d.path());

@@ -98,6 +98,8 @@ pub fn parse_summary_line(s: &str) -> Option<(Severity, String, String)> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FindingStatus {
     Open,
+    /// The word the row holds, as its writer put it: data read from the ledger, not an error's
+    /// text, so it stays a string.
     Other(String),
 }
 

@@ -2,27 +2,91 @@
 //! versioned, and why one was not used as it was. One owner for what every such cache shares.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-/// Why a stored file was not used: the causes every cache shares.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a stored file was not used: the causes every cache shares. The error behind
+/// `Unreadable` and `Corrupt` is kept whole as the source, in an `Arc` so that the value stays
+/// `Clone`; two are equal when they fail the same way (the same kind of read error, the same
+/// kind of corruption), which is what a caller compares.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Unusable {
     #[error("missing")]
     Missing,
     #[error("unreadable({0})")]
-    Unreadable(String),
+    Unreadable(#[source] Arc<std::io::Error>),
     #[error("version({found}, {expected})")]
     Version { found: u32, expected: u32 },
     #[error("corrupt({0})")]
-    Corrupt(String),
+    Corrupt(#[source] Arc<Corruption>),
+}
+
+impl Unusable {
+    /// A file that could not be read for `e` (a missing one is [`Unusable::Missing`]).
+    pub fn unreadable(e: std::io::Error) -> Unusable {
+        Unusable::Unreadable(Arc::new(e))
+    }
+
+    pub fn corrupt(c: impl Into<Corruption>) -> Unusable {
+        Unusable::Corrupt(Arc::new(c.into()))
+    }
+}
+
+impl PartialEq for Unusable {
+    fn eq(&self, other: &Unusable) -> bool {
+        use Unusable::*;
+        match (self, other) {
+            (Missing, Missing) => true,
+            (Unreadable(a), Unreadable(b)) => a.kind() == b.kind(),
+            (
+                Version { found, expected },
+                Version {
+                    found: f,
+                    expected: e,
+                },
+            ) => (found, expected) == (f, e),
+            (Corrupt(a), Corrupt(b)) => a.same_kind(b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Unusable {}
+
+/// What was wrong inside a stored file that was read whole.
+#[derive(Debug, thiserror::Error)]
+pub enum Corruption {
+    #[error(transparent)]
+    Postcard(#[from] postcard::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// It decoded, but what it says does not hold together (an index out of range, say): our
+    /// own check's words, fixed at the place it fails.
+    #[error("{0}")]
+    Shape(&'static str),
+}
+
+impl Corruption {
+    fn same_kind(&self, other: &Corruption) -> bool {
+        match (self, other) {
+            (Corruption::Shape(a), Corruption::Shape(b)) => a == b,
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
+    }
+}
+
+impl From<&'static str> for Corruption {
+    fn from(words: &'static str) -> Corruption {
+        Corruption::Shape(words)
+    }
 }
 
 /// The bytes at `path`, at most `max` (a larger file was not written by us and is not read).
 pub fn read(path: &Path, max: u64) -> Result<Vec<u8>, Unusable> {
     crate::util::read_bounded_bytes(path, max).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Unusable::Missing,
-        _ => Unusable::Unreadable(e.to_string()),
+        _ => Unusable::unreadable(e),
     })
 }
 
@@ -30,12 +94,11 @@ pub fn read(path: &Path, max: u64) -> Result<Vec<u8>, Unusable> {
 /// `expected`. The version is read first, so another version is named as such even when the
 /// rest of it no longer decodes.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], expected: u32) -> Result<T, Unusable> {
-    let corrupt = |e: postcard::Error| Unusable::Corrupt(e.to_string());
-    let (found, _) = postcard::take_from_bytes::<u32>(bytes).map_err(corrupt)?;
+    let (found, _) = postcard::take_from_bytes::<u32>(bytes).map_err(Unusable::corrupt)?;
     if found != expected {
         return Err(Unusable::Version { found, expected });
     }
-    postcard::from_bytes(bytes).map_err(corrupt)
+    postcard::from_bytes(bytes).map_err(Unusable::corrupt)
 }
 
 /// Writes `doc` whole and atomically (a reader sees the old file or the new), readable by this

@@ -54,8 +54,9 @@ pub enum Refused {
     NotParked,
     #[error("nobody holds the task's claim: there is nothing to release")]
     NotHeld,
-    #[error("the task is already closed ({0}): nothing to do")]
-    Closed(String),
+    /// `verdict` is the closing verdict's word (`fixed`, `cancelled`, ...).
+    #[error("the task is already closed ({verdict}): nothing to do")]
+    Closed { verdict: String },
 }
 
 impl Refused {
@@ -64,7 +65,7 @@ impl Refused {
         match self {
             Refused::NotParked => "not_parked",
             Refused::NotHeld => "not_held",
-            Refused::Closed(_) => "closed",
+            Refused::Closed { .. } => "closed",
         }
     }
 }
@@ -91,7 +92,9 @@ pub fn decide<'a>(
 ) -> Result<(NewVerdict<'a>, String), Refused> {
     let standing = standing(rows);
     if let Standing::Closed { verdict } = &standing {
-        return Err(Refused::Closed(verdict.kind.line()));
+        return Err(Refused::Closed {
+            verdict: verdict.kind.line(),
+        });
     }
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
     let verdict = |kind, reviewed_by: &str, reason: String| NewVerdict {
@@ -112,7 +115,9 @@ pub fn decide<'a>(
                 ),
                 format!("reopened by {by}: cells are offered it again"),
             )),
-            Standing::Pending { verdict } => Err(Refused::Closed(verdict.kind.line())),
+            Standing::Pending { verdict } => Err(Refused::Closed {
+                verdict: verdict.kind.line(),
+            }),
             _ => Err(Refused::NotParked),
         },
         TaskAction::Release => {
@@ -252,7 +257,9 @@ mod tests {
         let fixed = [row(3, VerdictKind::Fixed, "c1")];
         assert_eq!(
             go(TaskAction::Cancel, &fixed),
-            Err(Refused::Closed("fixed".into()))
+            Err(Refused::Closed {
+                verdict: "fixed".into()
+            })
         );
     }
 
@@ -269,7 +276,9 @@ mod tests {
         }
         assert_eq!(
             go(TaskAction::Reopen, &rows),
-            Err(Refused::Closed("cancelled".into()))
+            Err(Refused::Closed {
+                verdict: "cancelled".into()
+            })
         );
     }
 }

@@ -81,6 +81,6 @@ pub async fn reopen(
             Ok(Reopen::Reopened)
         }
         Err(Refused::NotParked | Refused::NotHeld) => Ok(Reopen::NotParked),
-        Err(Refused::Closed(_)) => Ok(Reopen::Closed),
+        Err(Refused::Closed { .. }) => Ok(Reopen::Closed),
     }
 }

@@ -159,7 +159,7 @@ pub fn load_concept(conn: Sql<'_>, org: &str, id: &str) -> Result<Value, ApiErro
         args![org, id],
         concept_json,
     )?
-    .ok_or_else(|| ApiError::ConceptNotFound(id.to_string()))
+    .ok_or_else(|| ApiError::ConceptNotFound { id: id.to_string() })
 }
 
 fn claim_text(claim: Option<&Value>) -> Option<String> {

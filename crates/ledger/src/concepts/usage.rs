@@ -107,7 +107,9 @@ impl UsageStats {
             |r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)),
         )?;
         let Some((loaded, succeeded, failed)) = row else {
-            return Err(ApiError::ConceptNotFound(self.concept_id));
+            return Err(ApiError::ConceptNotFound {
+                id: self.concept_id,
+            });
         };
         let rate = |n: i64| {
             if loaded == 0 {

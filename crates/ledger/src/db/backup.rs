@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::Location;
 use super::sqlite::DB_FILE;
-use crate::errors::LedgerError;
+use crate::errors::{LedgerError, StoreError};
 
 /// How long the copy may wait for the file while another connection holds it exclusively
 /// (a checkpoint or a migration); past it the backup gives up and says to try again.
@@ -133,10 +133,9 @@ fn copy_checked(from: &Path, partial: &Path) -> Result<u64, LedgerError> {
                 _ => {
                     return Err(LedgerError::Store {
                         at: from.display().to_string(),
-                        detail: format!(
-                            "the file stayed locked for {} s; try the backup again",
-                            LOCKED_FOR.as_secs()
-                        ),
+                        source: StoreError::Locked {
+                            secs: LOCKED_FOR.as_secs(),
+                        },
                     });
                 }
             }
@@ -151,10 +150,7 @@ fn copy_checked(from: &Path, partial: &Path) -> Result<u64, LedgerError> {
     if check != "ok" || !mode.eq_ignore_ascii_case("delete") {
         return Err(LedgerError::Store {
             at: partial.display().to_string(),
-            detail: format!(
-                "the copy failed its check ({check}, journal {mode}); nothing was written to \
-                 the target, try again"
-            ),
+            source: StoreError::CheckFailed { check, mode },
         });
     }
     let pages: i64 = dst

@@ -23,7 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::errors::{ApiError, LedgerError};
+use super::errors::{ApiError, LedgerError, StoreError};
 use super::sql::{Sql, args};
 use group_commit::{Job, QUEUED_WRITES, Queued, group_commit, writer_stopped};
 use metabob_wire::guard::redact_url_credentials;
@@ -45,6 +45,7 @@ pub use sqlite::{DB_FILE, open_connection};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Location {
     Sqlite(PathBuf),
+    /// The connection URL as given (its password too): data, shown only through `shown`.
     Postgres(String),
 }
 
@@ -57,7 +58,7 @@ impl Location {
                 url.parse::<postgres::Config>()
                     .map_err(|e| LedgerError::Store {
                         at: redact_url_credentials(url),
-                        detail: format!("not a PostgreSQL connection URL ({e}); write postgres://USER@HOST:PORT/DATABASE"),
+                        source: StoreError::PgUrl(e),
                     })?;
                 Ok(Location::Postgres(url.to_string()))
             }
@@ -491,9 +492,7 @@ pub fn with_store<T>(
 
 /// A blocking task that did not return (it panicked, a bug): the cause is logged, and the caller
 /// hears only that the work did not finish, since a panic message may quote anything.
-fn task_failed(what: &str, e: tokio::task::JoinError) -> ApiError {
-    tracing::error!("ledger {what} task failed: {e}");
-    ApiError::Internal(format!(
-        "the {what} did not finish; the server's log has the cause"
-    ))
+fn task_failed(what: &'static str, source: tokio::task::JoinError) -> ApiError {
+    tracing::error!("ledger {what} task failed: {source}");
+    ApiError::TaskFailed { what, source }
 }

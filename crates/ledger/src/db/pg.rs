@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::pool::Lease;
 use super::schema::migrate_sql;
 use super::{Budget, Writer, run_caught};
-use crate::errors::{ApiError, LedgerError};
+use crate::errors::{ApiError, LedgerError, StoreError};
 use crate::sql::{PgConn, Sql};
 use metabob_wire::guard::redact_url_credentials;
 
@@ -15,18 +15,18 @@ const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens one connection to the PostgreSQL store.
 pub(super) fn open_pg(url: &str) -> Result<PgConn, LedgerError> {
-    let fail = |what: &str, e: postgres::Error| LedgerError::Store {
+    let fail = |source: StoreError| LedgerError::Store {
         at: redact_url_credentials(url),
-        detail: format!("{what}: {e}; is PostgreSQL running there and the database created?"),
+        source,
     };
-    let mut config: postgres::Config = url.parse().map_err(|e| fail("bad URL", e))?;
+    let mut config: postgres::Config = (url.parse()).map_err(|e| fail(StoreError::PgUrl(e)))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(PG_CONNECT_TIMEOUT);
     }
     config.application_name("metabob-ledger");
     let client = config
         .connect(postgres::NoTls)
-        .map_err(|e| fail("cannot connect", e))?;
+        .map_err(|e| fail(StoreError::Connect(e)))?;
     Ok(PgConn::new(client))
 }
 
@@ -100,7 +100,7 @@ pub(super) fn open_pg_migrated(url: &str) -> Result<PgConn, LedgerError> {
     let conn = open_pg(url)?;
     migrate_sql(Sql::Pg(&conn)).map_err(|e| LedgerError::Store {
         at: redact_url_credentials(url),
-        detail: format!("bringing the schema up to date: {e}; the server's log has the cause"),
+        source: StoreError::PgSchema(e),
     })?;
     Ok(conn)
 }

@@ -54,11 +54,9 @@ pub fn restore(at: &Location, from: &Path) -> Result<RestoreReport, LedgerError>
             ));
         }
     };
-    let meta = std::fs::metadata(from).map_err(|e| {
-        LedgerError::Usage(format!(
-            "--from {}: {e}; name a file `ledger backup` wrote",
-            from.display()
-        ))
+    let meta = std::fs::metadata(from).map_err(|source| LedgerError::BackupUnreadable {
+        path: from.to_path_buf(),
+        source,
     })?;
     if !meta.is_file() {
         return Err(LedgerError::Usage(format!(

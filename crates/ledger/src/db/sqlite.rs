@@ -7,7 +7,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 use super::schema::migrate;
-use crate::errors::LedgerError;
+use crate::errors::{LedgerError, StoreError};
 
 /// The file inside `--data`.
 pub const DB_FILE: &str = "ledger.db";
@@ -38,7 +38,7 @@ pub fn open_connection(data: &Path) -> Result<Connection, LedgerError> {
         .map_err(wrap)?;
     migrate(&conn).map_err(|e| LedgerError::Store {
         at: path.display().to_string(),
-        detail: format!("bringing the schema up to date: {e}"),
+        source: StoreError::Schema(e),
     })?;
     Ok(conn)
 }

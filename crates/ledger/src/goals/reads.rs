@@ -181,7 +181,7 @@ pub fn trace_list(conn: Sql<'_>, org: &str, limit: usize, now_ms: i64) -> Result
 fn claim_row(conn: Sql<'_>, org: &str, claim: &str) -> Result<Option<Verdict>, ApiError> {
     let concept = match load_concept(conn, org, claim) {
         Ok(c) => c,
-        Err(ApiError::ConceptNotFound(_)) => return Ok(None),
+        Err(ApiError::ConceptNotFound { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
     Ok(Verdict::read(&concept)

@@ -212,7 +212,7 @@ pub fn task_rows(conn: Sql<'_>, org: &str, task: &Finding) -> Result<Vec<TaskRow
         }
         let c = match load_concept(conn, org, &id) {
             Ok(c) => c,
-            Err(ApiError::ConceptNotFound(_)) => continue,
+            Err(ApiError::ConceptNotFound { .. }) => continue,
             Err(e) => return Err(e),
         };
         if c.get("shape").and_then(Value::as_str) == Some(VERDICT_SHAPE)

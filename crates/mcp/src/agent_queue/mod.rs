@@ -31,20 +31,22 @@ const RETAIN_MS: i64 = 30 * 86_400_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SidecarError {
-    #[error("the agent queue at {path} could not be opened: {cause}")]
-    Open { path: String, cause: String },
+    #[error("the agent queue at {path} could not be opened: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: crate::store::OpenError,
+    },
     #[error("the agent queue failed: {0}")]
     Sql(#[from] rusqlite::Error),
-    /// The solicitation or resolution was malformed; nothing was stored.
+    /// The solicitation or resolution was malformed; nothing was stored. The words are the
+    /// check's own, written where the field is refused.
     #[error("{0}")]
     Invalid(String),
-    #[error(
-        "the agent queue holds {QUEUE_MAX} open tasks for this vessel; answer or let some expire \
-         before queueing more"
-    )]
+    #[error("the agent queue holds {QUEUE_MAX} open tasks for this vessel")]
     Full,
-    #[error("no task {0} is queued for this vessel")]
-    UnknownTask(String),
+    #[error("no task {id} is queued for this vessel")]
+    UnknownTask { id: String },
     #[error("task {id} expired at {at}: its solicitation timed out; nothing was recorded or sent")]
     Expired { id: String, at: String },
     #[error(
@@ -56,6 +58,20 @@ pub enum SidecarError {
         outcome: &'static str,
         delivery: &'static str,
     },
+}
+
+impl metabob_wire::report::Hint for SidecarError {
+    fn hint(&self) -> Option<String> {
+        match self {
+            SidecarError::Full => Some("answer or let some expire before queueing more".into()),
+            SidecarError::UnknownTask { .. } => Some(
+                "tasks come from pull_assigned_work, and the substrate dispatches no task to \
+                 this session"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// A solicitation to queue, as the loopback resolver read it from a `human_input` pointer.
@@ -368,10 +384,11 @@ fn checked(s: &Solicitation) -> Result<(Option<String>, u64, Option<String>), Si
 
 impl Sidecar {
     pub fn open(path: &Path) -> Result<Sidecar, SidecarError> {
-        let conn = crate::store::open_sqlite(path, SCHEMA).map_err(|cause| SidecarError::Open {
-            path: path.display().to_string(),
-            cause,
-        })?;
+        let conn =
+            crate::store::open_sqlite(path, SCHEMA).map_err(|source| SidecarError::Open {
+                path: path.display().to_string(),
+                source,
+            })?;
         let sidecar = Sidecar {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
@@ -564,7 +581,9 @@ impl Sidecar {
             ));
         }
         text("answer", answer, ANSWER_MAX_BYTES)?;
-        let unknown = || SidecarError::UnknownTask(cut(task_id.to_string(), ID_MAX_BYTES));
+        let unknown = || SidecarError::UnknownTask {
+            id: cut(task_id.to_string(), ID_MAX_BYTES),
+        };
         let task = self.task(vessel, task_id)?.ok_or_else(unknown)?;
         self.with(|c| {
             let tx = c.unchecked_transaction()?;

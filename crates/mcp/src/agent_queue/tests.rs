@@ -140,7 +140,7 @@ fn tasks_are_scoped_to_their_vessel() {
     assert!(q.pull_at("v2", "s", 10, 2).expect("pull").tasks.is_empty());
     assert!(matches!(
         q.record_at("v2", "s1", &answered("a"), 3),
-        Err(SidecarError::UnknownTask(_))
+        Err(SidecarError::UnknownTask { .. })
     ));
 }
 
@@ -275,7 +275,7 @@ fn a_full_queue_refuses_more_and_an_unknown_id_is_cut_in_its_message() {
         .expect("other vessel");
     let e = q.record_at("v", &"k".repeat(10_000), &answered("a"), 2);
     match e {
-        Err(SidecarError::UnknownTask(id)) => assert_eq!(id.len(), ID_MAX_BYTES),
+        Err(SidecarError::UnknownTask { id }) => assert_eq!(id.len(), ID_MAX_BYTES),
         other => panic!("expected unknown task, got {other:?}"),
     }
 }

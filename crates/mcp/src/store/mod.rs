@@ -14,10 +14,38 @@ use metabob_wire::util::now_ms;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the local store at {path} could not be opened: {cause}")]
-    Open { path: String, cause: String },
+    #[error("the local store at {path} could not be opened: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: OpenError,
+    },
     #[error("the local store failed: {0}")]
     Sql(#[from] rusqlite::Error),
+}
+
+/// No advice: the line names the file and what the system said of it.
+impl metabob_wire::report::Hint for StoreError {}
+
+/// Why one of this server's SQLite files (the local store, the agent queue) did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Its directory could not be made.
+    #[error("{source}")]
+    Dir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file, or a side file SQLite keeps beside it, could not be made this user's alone.
+    #[error("{}: {source}", path.display())]
+    Private {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Sql(#[source] rusqlite::Error),
 }
 
 /// One file's seed of a finding.
@@ -129,30 +157,37 @@ pub fn store_path(env: &Env) -> Option<PathBuf> {
 /// for the caller's typed error. Shared by the findings store and the agent-resolver queue. The
 /// file is this user's alone (0600, an existing wider one tightened, as its `-wal` and `-shm`
 /// left by an earlier process), and SQLite gives the `-wal` and `-shm` it makes the file's mode.
-pub(crate) fn open_sqlite(path: &Path, schema: &str) -> Result<Connection, String> {
+pub(crate) fn open_sqlite(path: &Path, schema: &str) -> Result<Connection, OpenError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir).map_err(|source| OpenError::Dir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     }
-    let named = |e: std::io::Error| format!("{}: {e}", path.display());
-    metabob_wire::util::private_file(path).map_err(named)?;
+    // The side files are named by the database's path: the line names the file SQLite is asked for.
+    let private = |source| OpenError::Private {
+        path: path.to_path_buf(),
+        source,
+    };
+    metabob_wire::util::private_file(path).map_err(private)?;
     for side in ["-wal", "-shm"] {
         let mut p = path.as_os_str().to_owned();
         p.push(side);
-        metabob_wire::util::tighten_if_present(Path::new(&p)).map_err(named)?;
+        metabob_wire::util::tighten_if_present(Path::new(&p)).map_err(private)?;
     }
-    let conn = Connection::open(path).map_err(|e| e.to_string())?;
+    let conn = Connection::open(path).map_err(OpenError::Sql)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
         .and_then(|_| conn.execute_batch(schema))
-        .map_err(|e| e.to_string())?;
+        .map_err(OpenError::Sql)?;
     Ok(conn)
 }
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let conn = open_sqlite(path, SCHEMA).map_err(|cause| StoreError::Open {
+        let conn = open_sqlite(path, SCHEMA).map_err(|source| StoreError::Open {
             path: path.display().to_string(),
-            cause,
+            source,
         })?;
         Ok(Store {
             conn: Mutex::new(conn),

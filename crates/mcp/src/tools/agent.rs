@@ -11,12 +11,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{CallResult, Reply};
-use crate::agent_queue::{
-    Answer, Outcome, Resolution, Sidecar, SidecarError, Task, queue_vessel, sidecar_path,
-};
+use crate::agent_queue::{Answer, Outcome, Resolution, Sidecar, Task, queue_vessel, sidecar_path};
 use crate::ctx::{Ctx, Here};
 use metabob_net::attachment::{Attachment, ResolveError, Sending};
 use metabob_wire::env::Env;
+use metabob_wire::report;
 use metabob_wire::util::now_ms;
 
 /// The shape an answer goes back to goal-host as.
@@ -88,7 +87,7 @@ pub async fn pull_assigned_work(ctx: &Ctx, here: &Here<'_>, a: PullArgs) -> Repl
     let limit = a.limit.unwrap_or(10) as usize;
     let pulled = match q.pull(&vessel, ctx.session_id(), limit) {
         Ok(p) => p,
-        Err(e) => return Reply::error(format!("{TOOL}: {e}")),
+        Err(e) => return Reply::failed(TOOL, &e),
     };
     let mut out = String::new();
     if pulled.tasks.is_empty() {
@@ -171,13 +170,7 @@ pub async fn submit_resolution(ctx: &Ctx, here: &Here<'_>, a: SubmitArgs) -> Rep
     };
     let answer = match q.record(&vessel, &a.task_id, &res) {
         Ok(answer) => answer,
-        Err(e @ SidecarError::UnknownTask(_)) => {
-            return Reply::error(format!(
-                "{TOOL}: {e}; tasks come from pull_assigned_work, and the substrate dispatches \
-                 no task to this session"
-            ));
-        }
-        Err(e) => return Reply::error(format!("{TOOL}: {e}")),
+        Err(e) => return Reply::failed(TOOL, &e),
     };
     let recorded = format!(
         "task {} resolved ({}) and its answer recorded",
@@ -192,9 +185,10 @@ pub async fn submit_resolution(ctx: &Ctx, here: &Here<'_>, a: SubmitArgs) -> Rep
              answer counts as delivered and is not sent again."
         ))
         .with_result(CallResult::Ok),
-        Sent::Kept(cause) => Reply::ok(format!(
-            "{recorded}; not delivered: {cause}. It stays queued and is sent again when the next \
-             session with this identity starts; nothing retries before then."
+        Sent::Kept(e) => Reply::ok(format!(
+            "{recorded}; not delivered: {}. It stays queued and is sent again when the next \
+             session with this identity starts; nothing retries before then.",
+            kept_line(&e)
         ))
         .with_result(CallResult::NotShared),
     }
@@ -206,8 +200,16 @@ enum Sent {
     Delivered,
     /// goal-host's own 404: the solicitation is gone; the answer counts as delivered.
     TimedOut,
-    /// Not delivered, and queued for a later session: the cause.
-    Kept(String),
+    /// Not delivered, and queued for a later session: why.
+    Kept(ResolveError),
+}
+
+/// Why an answer was kept, as the reply, the log and the queue's row say it.
+fn kept_line(e: &ResolveError) -> String {
+    match e {
+        ResolveError::Refused(refusal) => format!("not attached: {refusal}"),
+        e => report::with_hint(e),
+    }
 }
 
 /// Sends one recorded answer to goal-host once, capped, and records how it went
@@ -227,13 +229,12 @@ async fn deliver(att: &Attachment, q: &Sidecar, vessel: &str, a: &Answer) -> Sen
         Ok(r) if (200..300).contains(&r.status) => Sent::Delivered,
         // Discovery's own 404 (no producer) is classified apart; this one is goal-host's.
         Ok(r) if r.status == 404 => Sent::TimedOut,
-        Ok(r) => Sent::Kept(
-            r.ok(SHAPE)
-                .err()
-                .map_or_else(String::new, |e| e.to_string()),
-        ),
-        Err(ResolveError::Refused(refusal)) => Sent::Kept(format!("not attached: {refusal}")),
-        Err(e) => Sent::Kept(metabob_wire::report::with_hint(&e)),
+        // Any other status: `ok` reads it as the producer's refusal.
+        Ok(r) => match r.ok(SHAPE) {
+            Err(e) => Sent::Kept(e),
+            Ok(_) => Sent::Delivered,
+        },
+        Err(e) => Sent::Kept(e),
     };
     let marked = match &sent {
         Sent::Delivered => q.mark_delivered(vessel, &a.task_id, None),
@@ -242,7 +243,7 @@ async fn deliver(att: &Attachment, q: &Sidecar, vessel: &str, a: &Answer) -> Sen
             &a.task_id,
             Some("goal-host answered 404: the solicitation had timed out"),
         ),
-        Sent::Kept(cause) => q.mark_undelivered(vessel, &a.task_id, cause),
+        Sent::Kept(e) => q.mark_undelivered(vessel, &a.task_id, &kept_line(e)),
     };
     if let Err(e) = marked {
         // The send already happened; a lost mark only means one more send at the next start.
@@ -295,9 +296,10 @@ async fn reconcile(path: &Path, att: &Attachment, vessel: &str, started: i64) {
                  marked delivered",
                 a.task_id
             ),
-            Sent::Kept(cause) => tracing::warn!(
-                "agent queue: task {} still undelivered ({cause}); kept for the next start",
-                a.task_id
+            Sent::Kept(e) => tracing::warn!(
+                "agent queue: task {} still undelivered ({}); kept for the next start",
+                a.task_id,
+                kept_line(&e)
             ),
         }
     }

@@ -340,11 +340,11 @@ async fn gated(ctx: &Ctx, name: &str, args: Value) -> Reply {
         && let Some(path) = args.get("workspace_path").and_then(Value::as_str)
         && let Err(e) = ctx.workspace.bind(path)
     {
-        return Reply::error(format!("init_workspace: {e}"));
+        return Reply::failed("init_workspace", &e);
     }
     let here = match ctx.here() {
         Ok(h) => h,
-        Err(e) => return Reply::error(e.to_string()),
+        Err(e) => return Reply::error(metabob_wire::report::with_hint(&e)),
     };
     if !spec.sends {
         return dispatch(ctx, &here, name, args).await;

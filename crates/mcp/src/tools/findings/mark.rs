@@ -226,7 +226,7 @@ fn retire_named(ctx: &Ctx, seeds: &[Seed], retire: bool, discard: bool) -> Strin
     };
     match ctx
         .store()
-        .and_then(|st| st.retire(seeds, how).map_err(|e| e.to_string()))
+        .and_then(|st| (st.retire(seeds, how)).map_err(|e| metabob_wire::report::with_hint(&e)))
     {
         Ok(n) => format!(
             "{n} local seeds retired ({}).",

@@ -140,12 +140,13 @@ struct Named {
 }
 
 async fn resolve_named(ctx: &Ctx, att: &Attachment, ws: &Path, id: &str) -> Result<Named, String> {
+    let line = |e: crate::store::StoreError| metabob_wire::report::with_hint(&e);
     let seeds = match &ctx.store_to_read() {
-        Ok(Some(st)) if id.starts_with("agf_") => match st.get(id).map_err(|e| e.to_string())? {
-            Some(seed) => st.group(&seed.group_id).map_err(|e| e.to_string())?,
+        Ok(Some(st)) if id.starts_with("agf_") => match st.get(id).map_err(line)? {
+            Some(seed) => st.group(&seed.group_id).map_err(line)?,
             None => Vec::new(),
         },
-        Ok(Some(st)) => st.by_concept(id).map_err(|e| e.to_string())?,
+        Ok(Some(st)) => st.by_concept(id).map_err(line)?,
         Ok(None) | Err(_) => Vec::new(),
     };
     let concept = seeds

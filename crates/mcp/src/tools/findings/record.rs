@@ -13,6 +13,7 @@ use metabob_cell::ledger::record::open_duplicate;
 use metabob_cell::ledger::repo_identity::repo_identity;
 use metabob_wire::finding::{FindingStatus, NewFinding};
 use metabob_wire::record::{FindingDraft, same_summary};
+use metabob_wire::report;
 
 pub async fn record_finding(ctx: &Ctx, here: &Here<'_>, a: RecordArgs) -> Reply {
     let (s, ws) = (here.session, here.ws());
@@ -68,7 +69,12 @@ pub async fn record_finding(ctx: &Ctx, here: &Here<'_>, a: RecordArgs) -> Reply 
         open: nf.status.is_open(),
     }) {
         Ok(v) => v,
-        Err(e) => return Reply::error(format!("record_finding: {e}; nothing was recorded")),
+        Err(e) => {
+            return Reply::error(format!(
+                "record_finding: {}; nothing was recorded",
+                report::with_hint(&e)
+            ));
+        }
     };
     let shared = match s.att.gate().await {
         Err(refusal) => Err(refusal.to_string()),
@@ -80,7 +86,10 @@ pub async fn record_finding(ctx: &Ctx, here: &Here<'_>, a: RecordArgs) -> Reply 
         Ok(concept) => store
             .set_concept(&seeds[0].group_id, concept)
             .err()
-            .map(|e| format!("Linking the seeds to {concept} failed: {e}.")),
+            .map(|e| {
+                let e = report::with_hint(&e);
+                format!("Linking the seeds to {concept} failed: {e}.")
+            }),
         Err(_) => None,
     };
     let notes = Notes {

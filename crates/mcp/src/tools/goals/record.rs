@@ -29,7 +29,9 @@ pub(super) enum Status {
     Completed,
     Failed,
     /// A status word this client does not know; it is not running.
-    Other(String),
+    Other {
+        word: String,
+    },
     Missing,
 }
 
@@ -40,7 +42,9 @@ impl Status {
             Some("running") => Status::Running,
             Some("completed") => Status::Completed,
             Some("failed") => Status::Failed,
-            Some(_) => Status::Other(v.unwrap_or_default()),
+            Some(_) => Status::Other {
+                word: v.unwrap_or_default(),
+            },
         }
     }
 
@@ -49,7 +53,7 @@ impl Status {
             Status::Running => "running",
             Status::Completed => "completed",
             Status::Failed => "failed",
-            Status::Other(s) => s,
+            Status::Other { word } => word,
             Status::Missing => "(not reported)",
         }
     }
@@ -341,8 +345,10 @@ pub(super) fn learning_line(l: &Learning) -> String {
 pub(super) enum WalkFail {
     /// goal-host's own 404: no such dispatch in this org.
     NotFound,
-    /// An answer without a readable record.
-    Malformed(String),
+    /// An answer without a readable record: `missing` names what it lacks.
+    Malformed {
+        missing: &'static str,
+    },
     Resolve(ResolveError),
 }
 
@@ -366,8 +372,8 @@ impl WalkFail {
                  (HTTP 404 dispatch_not_found): it never existed in this org, or its record was \
                  pruned (goal-host keeps about the last 100)"
             )),
-            WalkFail::Malformed(why) => Reply::error(format!(
-                "{tool}: {WALK_STATE} answered without a readable dispatch record ({why})"
+            WalkFail::Malformed { missing } => Reply::error(format!(
+                "{tool}: {WALK_STATE} answered without a readable dispatch record ({missing})"
             )),
             WalkFail::Resolve(ResolveError::NoProducer { .. }) => Reply::error(format!(
                 "{tool}: no_producer({WALK_STATE}): either no producer answered (no goal-host is \
@@ -398,7 +404,9 @@ pub(super) async fn read_record(
         return Err(WalkFail::NotFound);
     }
     let body = r.ok(WALK_STATE).map_err(WalkFail::Resolve)?;
-    Record::read(&body).ok_or_else(|| WalkFail::Malformed("no status".into()))
+    Record::read(&body).ok_or(WalkFail::Malformed {
+        missing: "no status",
+    })
 }
 
 /// A dispatch id given by the agent, as sent and shown: trimmed, and refused when blank or not

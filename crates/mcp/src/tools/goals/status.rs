@@ -40,10 +40,10 @@ pub async fn goal_status(_ctx: &Ctx, here: &Here<'_>, a: StatusArgs) -> Reply {
             "No execution is recorded for this dispatch, so there is no trace to read; \
              goal_reasoning shows its walk log.\n",
         ),
-        Target::Satisfier(raw) => {
+        Target::Satisfier { exec: raw } => {
             let _ = writeln!(out, "{}", satisfier(&raw).text);
         }
-        Target::Trace(exec) => match read_trace(att, &exec).await {
+        Target::Trace { exec } => match read_trace(att, &exec).await {
             Ok(body) => {
                 let _ = writeln!(out, "trace ({READ}):\n{}", render_trace(&exec, &body).text);
             }
@@ -84,10 +84,10 @@ pub async fn goal_reasoning(_ctx: &Ctx, here: &Here<'_>, a: StatusArgs) -> Reply
     let mut has_tasks = false;
     match trace_target(&rec) {
         Target::None => {}
-        Target::Satisfier(raw) => {
+        Target::Satisfier { exec: raw } => {
             let _ = writeln!(out, "{}", satisfier(&raw).text);
         }
-        Target::Trace(exec) => match read_trace(att, &exec).await {
+        Target::Trace { exec } => match read_trace(att, &exec).await {
             Ok(body) => {
                 let row = trace_row(&body);
                 has_tasks = tasks_of(row).is_some_and(|t| !t.is_empty());
@@ -141,8 +141,12 @@ fn live_log(rec: &Record) -> String {
 enum Target {
     None,
     /// A satisfier reach persists no trace, so none is read.
-    Satisfier(String),
-    Trace(String),
+    Satisfier {
+        exec: String,
+    },
+    Trace {
+        exec: String,
+    },
 }
 
 fn trace_target(rec: &Record) -> Target {
@@ -154,9 +158,11 @@ fn trace_target(rec: &Record) -> Target {
         .as_deref()
         .is_some_and(|t| t.starts_with("satisfier:"));
     if is_satisfier(exec) || by_template {
-        return Target::Satisfier(exec.clone());
+        return Target::Satisfier { exec: exec.clone() };
     }
-    Target::Trace(bare_execution_id(exec))
+    Target::Trace {
+        exec: bare_execution_id(exec),
+    }
 }
 
 /// The trace of `exec`, or the line execution_trace gives for its failure.

@@ -84,10 +84,11 @@ async fn index_workspace(ctx: &Ctx, ws: &Path, opts: IndexOptions) -> Result<Ind
         Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) => {
             // A grammar that cannot load will not load later: every local tool says so.
-            if let e @ metabob_index::IndexError::Unavailable { .. } = &e {
-                let _ = ctx.index_unavailable.set(e.to_string());
+            let line = metabob_wire::report::with_hint(&e);
+            if let metabob_index::IndexError::Unavailable { .. } = &e {
+                let _ = ctx.index_unavailable.set(line.clone());
             }
-            Err(format!("init_workspace: {e}"))
+            Err(format!("init_workspace: {line}"))
         }
         Err(e) => Err(format!("init_workspace: indexing stopped: {e}")),
     }

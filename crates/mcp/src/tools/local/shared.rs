@@ -110,7 +110,8 @@ pub fn graph_line(ctx: &Ctx, ws: &Path) -> String {
 pub fn local_seeds(ctx: &Ctx, ws: &Path) -> Result<Vec<Seed>, String> {
     match ctx.store_to_read()? {
         None => Ok(Vec::new()),
-        Some(store) => (store.seeds(&ws.display().to_string(), false)).map_err(|e| e.to_string()),
+        Some(store) => (store.seeds(&ws.display().to_string(), false))
+            .map_err(|e| metabob_wire::report::with_hint(&e)),
     }
 }
 
