@@ -29,7 +29,7 @@ pub enum CellError {
     Ledger(#[from] metabob_net::attachment::ResolveError),
     /// The outgoing guard refused the input: nothing was sent.
     #[error(transparent)]
-    Outgoing(#[from] metabob_wire::guard::GuardRefusal),
+    Outgoing(#[from] metabob_process::guard::GuardRefusal),
 }
 
 impl CellError {
@@ -65,13 +65,13 @@ impl CellError {
 
 /// Settles configuration and runs one attachment attempt, as every one-shot command does.
 pub async fn attach_once(
-    env: &mut metabob_wire::env::Env,
+    env: &mut metabob_process::env::Env,
     workspace: &std::path::Path,
 ) -> Result<metabob_net::attachment::Attachment, CellError> {
     let cfg = metabob_net::config::load(env);
     let net = metabob_net::NetClient::from_env(env);
     let claim = metabob_net::attachment::ClientClaim::from_env(env, workspace);
-    let guard = metabob_wire::guard::Guard::new(env, Some(workspace));
+    let guard = metabob_process::guard::Guard::new(env, Some(workspace));
     let att = metabob_net::attachment::Attachment::new(cfg, net, claim, guard);
     match att.attempt().await.cause {
         Some(cause) => Err(CellError::NotAttached(cause)),

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::CellError;
 use super::policy::{Conflicts, Integrate, PushTo, Source, Sourced, TrustList};
+use metabob_process::files::write_atomic;
 use metabob_wire::finding::Severity;
-use metabob_wire::util::write_atomic;
 
 /// A task file is a few kilobytes; anything past this was not written by `task pull`.
 const MAX_TASK_FILE_BYTES: u64 = 1 << 20;
@@ -69,12 +69,13 @@ pub struct TaskPolicy {
 impl TaskFile {
     /// Reads a task file; the error says what to do about a missing or foreign file.
     pub fn read(path: &Path) -> Result<TaskFile, CellError> {
-        let text = metabob_wire::util::read_bounded(path, MAX_TASK_FILE_BYTES).map_err(|e| {
-            CellError::Failed(format!(
-                "{} cannot be read ({e}); run `task pull` first",
-                path.display()
-            ))
-        })?;
+        let text =
+            metabob_process::files::read_bounded(path, MAX_TASK_FILE_BYTES).map_err(|e| {
+                CellError::Failed(format!(
+                    "{} cannot be read ({e}); run `task pull` first",
+                    path.display()
+                ))
+            })?;
         serde_json::from_str(&text).map_err(|e| {
             CellError::Failed(format!(
                 "{} was not written by task pull ({e}); pull a task again",

@@ -41,7 +41,7 @@ pub fn clone_at(
     net: &NetClient,
 ) -> Result<(Repo, String), GitError> {
     let fail = |detail: String| GitError::Clone {
-        url: metabob_wire::guard::redact_url_credentials(url),
+        url: metabob_process::guard::redact_url_credentials(url),
         detail,
         lasting: true,
     };
@@ -64,8 +64,8 @@ pub fn clone_at(
     }
     ensure_tls_provider();
     if progress {
-        let shown = metabob_wire::guard::redact_url_credentials(url);
-        metabob_wire::errln!("Cloning {shown} into {}…", dest.display());
+        let shown = metabob_process::guard::redact_url_credentials(url);
+        metabob_process::errln!("Cloning {shown} into {}…", dest.display());
     }
     let attempt = |wanted| fetch_and_check_out(url, dest, wanted, progress, net);
     let cloned = match branch {
@@ -81,7 +81,7 @@ pub fn clone_at(
     let (repo, head) =
         cloned.ok_or_else(|| GitError::RefNotFound(branch.unwrap_or("HEAD").to_string()))?;
     if progress {
-        metabob_wire::errln!("Checked out {head}.");
+        metabob_process::errln!("Checked out {head}.");
     }
     Ok((repo, head))
 }
@@ -115,7 +115,7 @@ impl Wanted<'_> {
 /// Checked before the ledger is asked, so a mistyped origin is named rather than answered with
 /// "no open task" for a repository nobody has.
 pub fn check_origin(origin: &str) -> Result<(), String> {
-    let shown = metabob_wire::guard::redact_url_credentials(origin);
+    let shown = metabob_process::guard::redact_url_credentials(origin);
     let refuse = |why: &str| {
         Err(format!(
             "--origin {shown:?} {why}; give the repository's clone URL (https://host/org/repo.git, \
@@ -162,14 +162,14 @@ fn fetch_and_check_out(
     net: &NetClient,
 ) -> Result<Option<(Repo, String)>, GitError> {
     let fail = |detail: String| GitError::Clone {
-        url: metabob_wire::guard::redact_url_credentials(url),
-        detail: metabob_wire::guard::redact_url_credentials(&detail),
+        url: metabob_process::guard::redact_url_credentials(url),
+        detail: metabob_process::guard::redact_url_credentials(&detail),
         lasting: true,
     };
     // What the remote or the network did: lasting only when it was a refusal.
     let failed = |e: &(dyn std::error::Error + 'static), detail: String| GitError::Clone {
-        url: metabob_wire::guard::redact_url_credentials(url),
-        detail: metabob_wire::guard::redact_url_credentials(&detail),
+        url: metabob_process::guard::redact_url_credentials(url),
+        detail: metabob_process::guard::redact_url_credentials(&detail),
         lasting: http::refused_for_good(e),
     };
     let interrupt = AtomicBool::new(false);
@@ -224,7 +224,7 @@ fn fetch_and_check_out(
         detach_head_at(checkout.repo(), tag).map_err(fail)?;
     }
     if progress {
-        metabob_wire::errln!("Checking out files…");
+        metabob_process::errln!("Checking out files…");
     }
     let (repo, _) = checkout
         .main_worktree(gix::progress::Discard, &interrupt)
@@ -333,7 +333,7 @@ fn write_remote_head(
 pub(super) fn fetch(repo: &gix::Repository, remote: &str, net: &NetClient) -> Result<(), GitError> {
     let fail = |detail: String| GitError::Fetch {
         remote: remote.to_string(),
-        detail: metabob_wire::guard::redact_url_credentials(&detail),
+        detail: metabob_process::guard::redact_url_credentials(&detail),
     };
     // reqwest's blocking client must not run on an async runtime's thread, and `finding close`
     // fetches from one; so the fetch runs on a thread of its own. A gix repository stays on
@@ -347,7 +347,7 @@ pub(super) fn fetch(repo: &gix::Repository, remote: &str, net: &NetClient) -> Re
                 FetchFailure::Remote(detail) => fail(detail),
                 FetchFailure::Store(detail) => GitError::FetchStore {
                     remote: remote.to_string(),
-                    detail: metabob_wire::guard::redact_url_credentials(&detail),
+                    detail: metabob_process::guard::redact_url_credentials(&detail),
                 },
             })
         })

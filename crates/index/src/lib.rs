@@ -414,7 +414,7 @@ impl Index {
         let mut languages = BTreeMap::new();
         for f in &self.files {
             *languages
-                .entry(metabob_wire::util::wire_name(&f.lang))
+                .entry(metabob_wire::text::wire_name(&f.lang))
                 .or_insert(0) += 1;
         }
         IndexStats {

@@ -50,7 +50,7 @@ pub use keys::{CreatedKey, KeyInfo, KeyRequest, Revoked, create_key, list_keys, 
 use db::Db;
 pub use db::{BackupReport, Location, backup};
 use keys::{DEFAULT_ORG, Scope, create_key_in, has_no_orgs};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::shapes::LEDGER_SHAPES;
 use resolve::Ledger;
 
@@ -425,18 +425,18 @@ fn first_start(db: &Db, env: &Env, public_url: &str) -> Result<(), LedgerError> 
     })?;
     let Some(key) = created else { return Ok(()) };
     // Printed, not logged: the operator must see it whatever RUST_LOG says, and it is shown once.
-    metabob_wire::errln!(
+    metabob_process::errln!(
         "metabob-ledger: first start: created org {} ({}) and admin key {}: {}",
         key.org,
         key.org_id,
         key.key_id,
         key.key
     );
-    metabob_wire::errln!(
+    metabob_process::errln!(
         "metabob-ledger: this key is shown once; `metabob-mcp ledger key create` makes more"
     );
     match write_first_config(env, &key.key, public_url) {
-        Ok(Some(path)) => metabob_wire::errln!(
+        Ok(Some(path)) => metabob_process::errln!(
             "metabob-ledger: wrote {} (mode 0600) with this key and discovery endpoint {public_url}",
             path.display()
         ),
@@ -471,11 +471,11 @@ fn write_first_config(
     }
     let body = serde_json::json!({ "metabob": { "apiKey": key, "discoveryEndpoint": public_url } });
     let text = serde_json::to_string_pretty(&body).expect("a JSON value always serializes");
-    metabob_wire::util::write_atomic(&path, text.as_bytes(), Some(0o600)).map_err(|source| {
-        LedgerError::Io {
+    metabob_process::files::write_atomic(&path, text.as_bytes(), Some(0o600)).map_err(
+        |source| LedgerError::Io {
             path: path.clone(),
             source,
-        }
-    })?;
+        },
+    )?;
     Ok(Some(path))
 }

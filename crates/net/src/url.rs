@@ -55,7 +55,7 @@ impl Url {
         let Some((scheme, rest)) = s.split_once("://") else {
             return Err(UrlError::Invalid(format!(
                 "{:?} has no scheme",
-                metabob_wire::guard::redact_url_credentials(s)
+                metabob_process::guard::redact_url_credentials(s)
             )));
         };
         let scheme = match scheme.to_ascii_lowercase().as_str() {
@@ -200,7 +200,7 @@ impl Url {
     /// and the rest passes the one redaction owner (a secret-named query parameter).
     pub fn redacted(&self) -> String {
         let creds = if self.has_credentials() {
-            format!("{}@", metabob_wire::guard::MASK)
+            format!("{}@", metabob_process::guard::MASK)
         } else {
             String::new()
         };
@@ -213,7 +213,7 @@ impl Url {
         } else {
             self.path.as_str()
         };
-        metabob_wire::guard::redact_url_credentials(&format!(
+        metabob_process::guard::redact_url_credentials(&format!(
             "{}://{creds}{}{port}{path}",
             self.scheme.as_str(),
             self.bracketed_host()
@@ -344,11 +344,11 @@ mod tests {
             "https://h/x"
         );
         assert_eq!(
-            metabob_wire::guard::redact_url_credentials("http://u:pw@p:1"),
+            metabob_process::guard::redact_url_credentials("http://u:pw@p:1"),
             "http://u:***@p:1"
         );
         assert_eq!(
-            metabob_wire::guard::redact_url_credentials("u:pw@p:1"),
+            metabob_process::guard::redact_url_credentials("u:pw@p:1"),
             "u:***@p:1"
         );
     }

@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use metabob_wire::env::Env;
+use metabob_process::clock::now_ms;
+use metabob_process::env::Env;
 use metabob_wire::finding::{FindingStatus, Severity};
-use metabob_wire::util::now_ms;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -134,11 +134,11 @@ pub(crate) fn open_sqlite(path: &Path, schema: &str) -> Result<Connection, Strin
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     }
     let named = |e: std::io::Error| format!("{}: {e}", path.display());
-    metabob_wire::util::private_file(path).map_err(named)?;
+    metabob_process::files::private_file(path).map_err(named)?;
     for side in ["-wal", "-shm"] {
         let mut p = path.as_os_str().to_owned();
         p.push(side);
-        metabob_wire::util::tighten_if_present(Path::new(&p)).map_err(named)?;
+        metabob_process::files::tighten_if_present(Path::new(&p)).map_err(named)?;
     }
     let conn = Connection::open(path).map_err(|e| e.to_string())?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
@@ -293,7 +293,7 @@ mod tests {
         let files: Vec<String> = files.iter().map(|f| f.to_string()).collect();
         let ids: Vec<String> = files
             .iter()
-            .map(|_| metabob_wire::finding::new_finding_id())
+            .map(|_| metabob_process::random::new_finding_id())
             .collect();
         s.insert(&NewSeeds {
             workspace: ws,

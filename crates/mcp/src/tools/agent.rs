@@ -16,8 +16,8 @@ use crate::agent_queue::{
 };
 use crate::ctx::{Ctx, Here};
 use metabob_net::attachment::{Attachment, ResolveError, Sending};
-use metabob_wire::env::Env;
-use metabob_wire::util::now_ms;
+use metabob_process::clock::now_ms;
+use metabob_process::env::Env;
 
 /// The shape an answer goes back to goal-host as.
 const SHAPE: &str = "solicitationResponse_write";

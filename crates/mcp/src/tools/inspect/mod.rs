@@ -56,7 +56,7 @@ pub struct ImpulseArgs {
 pub(crate) const FIELD_CHARS: usize = 200;
 
 /// A producer's field on one line, cut (the one owner is `util::one_line`).
-pub(crate) use metabob_wire::util::one_line as clean;
+pub(crate) use metabob_wire::text::one_line as clean;
 
 /// `n` malformed things skipped, as a reply says it.
 fn skipped(n: usize, one: &str, many: &str) -> String {
