@@ -3,8 +3,8 @@
 //! database that any number of replicas share (`db::Location`).
 //!
 //! Must not depend on: rmcp, tree-sitter, gix, the index, the cell or the MCP server; it shares
-//! only metabob-wire (the vocabulary) and metabob-net (configuration, the connection server)
-//! with the client side (tests/layers.rs holds this).
+//! only metabob-wire (the vocabulary), metabob-process (the house rules) and metabob-net
+//! (configuration, the connection server) with the client side (tests/layers.rs holds this).
 //!
 //! `serve` binds, opens the store, runs the first start, prints the one stdout line and serves
 //! until SIGINT/SIGTERM. The key commands (`keys`) open the same store directly.
