@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use metabob_mcp::commands::{self, Cli};
 use metabob_mcp::error::Exit;
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         }
     };
     tracing_subscriber::fmt()
-        .with_writer(metabob_wire::out::LogWriter)
+        .with_writer(metabob_process::out::LogWriter)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            metabob_wire::errln!("error: cannot start the async runtime: {e}");
+            metabob_process::errln!("error: cannot start the async runtime: {e}");
             return Exit::Failure.into();
         }
     };
@@ -59,7 +59,7 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(_) => {
             runtime.shutdown_background();
-            metabob_wire::errln!(
+            metabob_process::errln!(
                 "error: internal error (a bug: the line above says where); nothing more was done, please report it"
             );
             return Exit::Failure.into();
@@ -70,20 +70,20 @@ fn main() -> ExitCode {
     runtime.shutdown_background();
     match result {
         Err(err) => {
-            metabob_wire::errln!("error: {err}");
+            metabob_process::errln!("error: {err}");
             let chain = err.chain();
             if verbose && !chain.is_empty() {
-                metabob_wire::errln!("caused by:");
+                metabob_process::errln!("caused by:");
                 for (n, cause) in chain.iter().enumerate() {
-                    metabob_wire::errln!("  {}: {cause}", n + 1);
+                    metabob_process::errln!("  {}: {cause}", n + 1);
                 }
             }
             err.exit.into()
         }
         // The output was cut short by something other than a reader that left early.
-        Ok(exit) => match metabob_wire::out::stdout_failure() {
+        Ok(exit) => match metabob_process::out::stdout_failure() {
             Some(e) => {
-                metabob_wire::errln!(
+                metabob_process::errln!(
                     "error: cannot write to stdout: {e}; the command ran but its output is incomplete: run it again with stdout somewhere writable"
                 );
                 Exit::Failure.into()

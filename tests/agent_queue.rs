@@ -210,7 +210,7 @@ async fn expired_unknown_and_unanswered_resolutions_are_refused() {
     let env = agent_env("session-one");
     let q = queue(&env);
     // Queued ten minutes ago with a one-second deadline.
-    let long_ago = metabob_wire::util::now_ms() - 600_000;
+    let long_ago = metabob_process::clock::now_ms() - 600_000;
     let mut late = ask("sol-late", "Too late?");
     late.timeout_ms = Some(1000);
     q.enqueue_at(VESSEL, late, long_ago).unwrap();

@@ -356,7 +356,7 @@ mod in_process {
     use metabob_net::attachment::{Attachment, ClientClaim, ResolveError};
     use metabob_net::config;
     use metabob_net::{NetClient, Request, Url};
-    use metabob_wire::env::Env;
+    use metabob_process::env::Env;
 
     fn attachment(env: &TestEnv, key: &str, discovery: &str) -> Attachment {
         let mut vars: Vec<(String, String)> = env.vars.clone();
@@ -364,7 +364,7 @@ mod in_process {
         vars.push(("DISCOVERY_ENDPOINT".into(), discovery.into()));
         let mut e = Env::new(vars, env.cwd());
         let cfg = config::load(&mut e);
-        let guard = metabob_wire::guard::Guard::new(&e, Some(&env.cwd()));
+        let guard = metabob_process::guard::Guard::new(&e, Some(&env.cwd()));
         Attachment::new(
             cfg,
             NetClient::from_env(&e),

@@ -17,8 +17,9 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use crate::support::{Ledger, TestEnv, on_postgres};
+use metabob_process::random::new_finding_id;
 use metabob_wire::depends::{RECORDED_LINE, edge_row};
-use metabob_wire::finding::{Finding, FindingStatus, NewFinding, Severity, new_finding_id};
+use metabob_wire::finding::{Finding, FindingStatus, NewFinding, Severity};
 use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 
 const REPO: &str = "example.test/o/app";

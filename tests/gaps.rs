@@ -13,8 +13,8 @@ use crate::support::{Producer, TestEnv, normalize, wait_until};
 const MIN: i64 = 60_000;
 
 fn at(offset_ms: i64) -> String {
-    let ms = metabob_wire::util::now_ms() + offset_ms;
-    metabob_wire::util::rfc3339_ms(ms)
+    let ms = metabob_process::clock::now_ms() + offset_ms;
+    metabob_wire::text::rfc3339_ms(ms)
 }
 
 /// The gaps the store holds for the vessel `app`: each state the tool tells apart.

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use metabob_wire::env::Env;
-use metabob_wire::guard::*;
-use metabob_wire::util::{random_hex, uuid_v4};
+use metabob_process::env::Env;
+use metabob_process::guard::*;
+use metabob_process::random::{random_hex, uuid_v4};
 use serde_json::{Value, json};
 
 fn rand_alnum(n: usize) -> String {

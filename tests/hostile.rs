@@ -19,7 +19,7 @@ fn resolve(env: &TestEnv, ledger: &str, pointer: Value) -> Value {
         .unwrap()
         .block_on(async move {
             use metabob_net::{NetClient, Request, Url};
-            let net = NetClient::from_env(&metabob_wire::env::Env::new(Vec::new(), "/"));
+            let net = NetClient::from_env(&metabob_process::env::Env::new(Vec::new(), "/"));
             let req = Request::post_json(Url::parse(&url).unwrap().join("/resolve"), &body)
                 .header("authorization", format!("ApiKey {key}"));
             net.send(req).await.unwrap().json().unwrap()

@@ -4,6 +4,28 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+/// What metabob-process must never link. Our other crates are named one by one, since a
+/// `metabob-*` prefix would match the wire crate it does use;
+/// `every_crate_of_ours_but_wire_is_banned_from_process_by_name` keeps the list whole.
+const PROCESS_BANS: &[&str] = &[
+    "metabob-net",
+    "metabob-git",
+    "metabob-index",
+    "metabob-cell",
+    "metabob-mcp-server",
+    "metabob-ledger",
+    "metabob-mcp",
+    "tokio",
+    "hyper",
+    "reqwest",
+    "rustls",
+    "rusqlite",
+    "postgres",
+    "gix",
+    "tree-sitter*",
+    "rmcp",
+];
+
 /// Each crate, and the packages it must never link (a name ending in `*` is a prefix).
 const RULES: &[(&str, &[&str], &str)] = &[
     (
@@ -19,8 +41,18 @@ const RULES: &[(&str, &[&str], &str)] = &[
             "gix",
             "tree-sitter*",
             "rmcp",
+            "tracing-subscriber",
+            "getrandom",
+            "postcard",
         ],
-        "the vocabulary has no network, no store, no git, no parser and no MCP",
+        "the vocabulary links no logging setup, no randomness and no store, and has no network, \
+         no git, no parser and no MCP: a reader or another client takes it alone",
+    ),
+    (
+        "metabob-process",
+        PROCESS_BANS,
+        "the house rules run in every process, so they reach no network, no store, no git, no \
+         parser and no MCP, and of our crates only the vocabulary",
     ),
     (
         "metabob-index",
@@ -163,6 +195,45 @@ fn a_forbidden_edge_deep_below_a_crate_is_named_with_its_path() {
     assert!(
         bad.iter().any(|v| v.starts_with(
             "metabob-index links metabob-net (metabob-index -> metabob-git -> metabob-net)"
+        )),
+        "{bad:#?}"
+    );
+}
+
+#[test]
+fn every_crate_of_ours_but_wire_is_banned_from_process_by_name() {
+    let graph = normal_graph();
+    let missing: Vec<&String> = graph
+        .keys()
+        .filter(|name| name.starts_with("metabob-"))
+        .filter(|name| !["metabob-wire", "metabob-process"].contains(&name.as_str()))
+        .filter(|name| !PROCESS_BANS.contains(&name.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "crates of ours metabob-process may link, since PROCESS_BANS does not name them: \
+         {missing:?}"
+    );
+}
+
+#[test]
+fn the_vocabulary_reaching_back_into_process_is_named_with_its_path() {
+    let mut graph = normal_graph();
+    // As if wire grew a dependency on the house rules (which link the logging setup).
+    graph
+        .get_mut("metabob-wire")
+        .unwrap()
+        .push("metabob-process".into());
+    let bad = violations(&graph);
+    assert!(
+        bad.iter().any(|v| v
+            .starts_with("metabob-wire links metabob-process (metabob-wire -> metabob-process)")),
+        "{bad:#?}"
+    );
+    assert!(
+        bad.iter().any(|v| v.starts_with(
+            "metabob-wire links tracing-subscriber (metabob-wire -> metabob-process -> \
+             tracing-subscriber)"
         )),
         "{bad:#?}"
     );

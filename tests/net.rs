@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::support::{CA_CN, Pki, closed_port, s_server};
 use metabob_net::{BadProxy, NetCause, NetClient, Request, Retry, RouteReason, Target, Url};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

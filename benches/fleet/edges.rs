@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use metabob_cell::ledger::verdict::{self};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::finding::Finding;
 use metabob_wire::repo_identity::identity_of_origin;
 use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};

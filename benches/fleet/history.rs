@@ -6,8 +6,9 @@
 use std::time::{Duration, Instant};
 
 use metabob_net::attachment::Attachment;
-use metabob_wire::env::Env;
-use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+use metabob_process::env::Env;
+use metabob_process::random::new_finding_id;
+use metabob_wire::finding::{FindingStatus, NewFinding, Severity};
 use metabob_wire::repo_identity::identity_of_origin;
 
 use super::race::make_origin;

@@ -14,11 +14,12 @@ use metabob_cell::ledger::related;
 use metabob_cell::ledger::verdict::{self};
 use metabob_cell::task_pull::{CandidateOutcome, ClaimPath, Claimer, PullStatus, classify};
 use metabob_net::attachment::Attachment;
+use metabob_process::clock::now_ms;
+use metabob_process::env::Env;
+use metabob_process::random::new_finding_id;
 use metabob_wire::claims::{ClaimAction, ClaimOutcome};
-use metabob_wire::env::Env;
-use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+use metabob_wire::finding::{FindingStatus, NewFinding, Severity};
 use metabob_wire::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
-use metabob_wire::util::now_ms;
 use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 
 use super::{Home, Res};
@@ -191,8 +192,8 @@ pub type Dag = Vec<Vec<usize>>;
 pub fn random_dag(tasks: usize, edges: usize) -> Dag {
     let mut dag: Dag = vec![Vec::new(); tasks];
     let random = |n: usize| {
-        let r = (u64::from(metabob_wire::util::random_u16()) << 16)
-            | u64::from(metabob_wire::util::random_u16());
+        let r = (u64::from(metabob_process::random::random_u16()) << 16)
+            | u64::from(metabob_process::random::random_u16());
         (r % n as u64) as usize
     };
     let eligible = tasks.saturating_sub(RECORDING);
@@ -342,7 +343,7 @@ impl Cell<'_> {
                 Ok(None) => match claimer.report(truncated).status {
                     PullStatus::TryLater => {
                         lock(shared).try_later += 1;
-                        let jitter = u64::from(metabob_wire::util::random_u16()) % 100;
+                        let jitter = u64::from(metabob_process::random::random_u16()) % 100;
                         tokio::time::sleep(TRY_LATER_PAUSE + Duration::from_millis(jitter)).await;
                         continue;
                     }

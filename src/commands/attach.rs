@@ -2,7 +2,7 @@ use clap::Args;
 
 use crate::error::{CliResult, Exit};
 use metabob_net::attachment::check::{attach_check, render_text};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// Run the attachment once, as the server does, then one read through discovery; print each
 /// hop. Exit 0 only when attached and the read resolved. Writes nothing.
@@ -26,7 +26,7 @@ pub async fn run(args: AttachArgs, env: Env) -> CliResult {
     if args.json {
         super::print_json(&report)?;
     } else {
-        metabob_wire::out!("{}", render_text(&report));
+        metabob_process::out!("{}", render_text(&report));
     }
     Ok(exit_for(&report))
 }

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult, Exit};
 use metabob_cell::cell_run::{self, config::CellConfig};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::report::Hint;
 
 /// A container cell: pull tasks, run the harness, integrate, push and close until none is left.

@@ -2,7 +2,7 @@ use clap::Args;
 
 use crate::error::CliResult;
 use metabob_net::attachment::check::{attach_check, render_text};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// Diagnose configuration, the network path and the attachment: each hop, the warnings, the
 /// network's cause and when the attachment settled (`--json`: the whole state object). Exit 0
@@ -27,13 +27,13 @@ pub async fn run(args: DoctorArgs, env: Env) -> CliResult {
     if args.json {
         super::print_json(&report)?;
     } else {
-        metabob_wire::out!("{}", render_text(&report));
+        metabob_process::out!("{}", render_text(&report));
         if !args.attach {
             for w in &report.config.warnings {
-                metabob_wire::outln!("{:<10} {w}", "warning");
+                metabob_process::outln!("{:<10} {w}", "warning");
             }
             let state = &report.state;
-            metabob_wire::outln!(
+            metabob_process::outln!(
                 "{:<10} {}",
                 "network",
                 state
@@ -42,13 +42,13 @@ pub async fn run(args: DoctorArgs, env: Env) -> CliResult {
                     .as_deref()
                     .unwrap_or("no network failure")
             );
-            metabob_wire::outln!(
+            metabob_process::outln!(
                 "{:<10} started {}; settled {}",
                 "timing",
                 state.started_at,
                 state.settled_at.as_deref().unwrap_or("not yet")
             );
-            metabob_wire::outln!(
+            metabob_process::outln!(
                 "{:<10} the whole state object: metabob-mcp doctor --json",
                 "more"
             );

@@ -6,8 +6,8 @@ use super::{cell_error, print_json};
 use crate::error::{CliError, CliResult, Exit};
 use metabob_cell::finding_close::{self, CloseOptions, Commits, Outcome, SweepOptions};
 use metabob_cell::record::{self, RecordOptions, RecordOutcome};
+use metabob_process::env::Env;
 use metabob_wire::depends;
-use metabob_wire::env::Env;
 use metabob_wire::finding::{FindingStatus, Severity};
 use metabob_wire::record::FindingDraft;
 
@@ -160,7 +160,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
     if a.json {
         print_json(&report)?;
     } else {
-        metabob_wire::outln!(
+        metabob_process::outln!(
             "target origin/{}; {} commit(s); {} finding(s) named",
             report.target,
             report.commits,
@@ -193,7 +193,7 @@ async fn close(a: CloseArgs, env: Env) -> CliResult {
                 Outcome::NotOpen { why } => format!("not open  {why}"),
                 Outcome::Refused { why } => format!("refused   {why}"),
             };
-            metabob_wire::outln!("{} {line}", f.finding_id);
+            metabob_process::outln!("{} {line}", f.finding_id);
         }
     }
     Ok(Exit::Ok)
@@ -233,7 +233,7 @@ async fn sweep(origin: String, json: bool, env: Env) -> CliResult {
             Outcome::NotOpen { why } => format!("not open  {id} {why}"),
             Outcome::Refused { why } => format!("refused   {id} {why}"),
         };
-        metabob_wire::outln!("{line}");
+        metabob_process::outln!("{line}");
     }
     let truncated = if report.recall_truncated {
         "; the ledger's window was full, so older ones were not seen"
@@ -241,7 +241,7 @@ async fn sweep(origin: String, json: bool, env: Env) -> CliResult {
         ""
     };
     let judged = report.tasks.len();
-    metabob_wire::outln!(
+    metabob_process::outln!(
         "{}: {judged} pending fix(es) judged, {closed} closed, {} still pending{truncated}",
         report.repository,
         judged - closed
@@ -269,7 +269,7 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
         if let Some(bad) = a.blocked_by.iter().find(|b| !depends::is_task_id(b)) {
             return Err(CliError::failure(format!(
                 "finding record: --blocked-by {}: not a task id",
-                metabob_wire::util::one_line(bad, 80)
+                metabob_wire::text::one_line(bad, 80)
             ))
             .hint("name the task it waits for by its agf_… id (`task list` shows them)"));
         }
@@ -305,8 +305,8 @@ async fn record(a: RecordArgs, env: Env) -> CliResult {
                 concept_id,
                 finding_ids,
                 ..
-            } => metabob_wire::outln!("{} {concept_id}", finding_ids.join(" ")),
-            RecordOutcome::AlreadyRecorded(d) => metabob_wire::outln!(
+            } => metabob_process::outln!("{} {concept_id}", finding_ids.join(" ")),
+            RecordOutcome::AlreadyRecorded(d) => metabob_process::outln!(
                 "Already recorded (open): {} — add details there, or pass --force. {} ({})",
                 d.id,
                 d.summary,

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult, Exit};
 use metabob_ledger::{KeyRequest, LedgerError, Location, Revoked, ServeOptions};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// The embedded ledger: discovery, identity and concept-db over SQLite or PostgreSQL.
 #[derive(Debug, Args)]
@@ -306,16 +306,16 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
                 .await
                 .map_err(|e| CliError::caused_by("ledger health", e))?;
             let tls = if healthy.tls { ", TLS verified" } else { "" };
-            metabob_wire::outln!("ok: {} (metabob-ledger {}{tls})", a.url, healthy.version);
+            metabob_process::outln!("ok: {} (metabob-ledger {}{tls})", a.url, healthy.version);
         }
         LedgerCommand::Backup(a) => {
             let at = location(a.data, &env)?;
             let to = a.to;
             let done = blocking(move || metabob_ledger::backup(&at, &to)).await?;
             if a.json {
-                metabob_wire::outln!("{}", to_json(&done));
+                metabob_process::outln!("{}", to_json(&done));
             } else {
-                metabob_wire::outln!(
+                metabob_process::outln!(
                     "backed up {} to {}: {} bytes, integrity ok",
                     done.from.display(),
                     done.to.display(),
@@ -327,7 +327,7 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             let at = location(a.data, &env)?;
             let from = a.from;
             let done = blocking(move || metabob_ledger::db::restore(&at, &from)).await?;
-            metabob_wire::outln!(
+            metabob_process::outln!(
                 "restored {} to {}: {} bytes, integrity ok, schema version {}; start ledger serve",
                 done.from.display(),
                 done.to.display(),
@@ -349,15 +349,15 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             };
             let key = blocking(move || metabob_ledger::create_key(&at, &req)).await?;
             if a.json {
-                metabob_wire::outln!("{}", to_json(&key));
+                metabob_process::outln!("{}", to_json(&key));
             } else {
                 let scopes: Vec<_> = key.scopes.iter().map(|s| s.as_str()).collect();
                 let expiry = match &key.expires_at {
                     Some(at) => format!(", expiring {at}"),
                     None => String::new(),
                 };
-                metabob_wire::outln!("{}", key.key);
-                metabob_wire::errln!(
+                metabob_process::outln!("{}", key.key);
+                metabob_process::errln!(
                     "created {} in org {} ({}) with scopes {}{expiry}; the key above is shown once",
                     key.key_id,
                     key.org,
@@ -372,10 +372,10 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             let at = location(a.data, &env)?;
             let keys = blocking(move || metabob_ledger::list_keys(&at)).await?;
             if a.json {
-                metabob_wire::outln!("{}", to_json(&keys));
+                metabob_process::outln!("{}", to_json(&keys));
             } else {
                 for k in keys {
-                    metabob_wire::outln!(
+                    metabob_process::outln!(
                         "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                         k.key_id,
                         k.org,
@@ -394,8 +394,8 @@ pub async fn run(args: LedgerArgs, env: Env) -> CliResult {
             let at = location(a.data, &env)?;
             let key_id = a.key_id.clone();
             match blocking(move || metabob_ledger::revoke_key(&at, &key_id)).await? {
-                Revoked::Now => metabob_wire::errln!("revoked {}", a.key_id),
-                Revoked::Already => metabob_wire::errln!("{} was already revoked", a.key_id),
+                Revoked::Now => metabob_process::errln!("revoked {}", a.key_id),
+                Revoked::Already => metabob_process::errln!("{} was already revoked", a.key_id),
             }
         }
     }

@@ -13,7 +13,7 @@ pub mod tool;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::CliResult;
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// A toolkit for container cells that take tasks from a shared findings ledger.
 #[derive(Debug, Parser)]
@@ -159,7 +159,7 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<(), crate::error::
     let text = serde_json::to_string_pretty(v).map_err(|e| {
         crate::error::CliError::failure(format!("cannot render the reply as JSON: {e}"))
     })?;
-    metabob_wire::outln!("{text}");
+    metabob_process::outln!("{text}");
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use clap::Args;
 use crate::error::{CliError, CliResult, Exit};
 use metabob_mcp_server::Ctx;
 use metabob_mcp_server::{http, loopback};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::report;
 
 /// Serve MCP over stdio: JSON-RPC on stdin/stdout, logs on stderr (RUST_LOG). The loopback

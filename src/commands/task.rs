@@ -8,10 +8,10 @@ use metabob_cell::task_claim::{
     GiveBack, ask_about_task, change_edge, renew_or_release, reopen_task,
 };
 use metabob_cell::task_pull::{self, PullOptions, PullStatus};
+use metabob_process::env::Env;
 use metabob_wire::board::{Board, Entry};
 use metabob_wire::claims::ClaimOutcome;
 use metabob_wire::depends::{READY_SHAPE, blocked_line};
-use metabob_wire::env::Env;
 use metabob_wire::parking::{Parked, Reopen};
 use metabob_wire::task_action::{
     ActionDone, TASK_ACTION_SHAPE, TASK_HISTORY_SHAPE, TaskAction, TaskHistory,
@@ -278,7 +278,7 @@ fn read_answer<T: serde::de::DeserializeOwned>(
     T::deserialize(answer).map_err(|e| {
         CliError::failure(format!(
             "{command}: the ledger's {shape} answer does not read: {}",
-            metabob_wire::util::one_line(&e.to_string(), 200)
+            metabob_wire::text::one_line(&e.to_string(), 200)
         ))
         .hint("--json prints the answer as it came; check that --ledger names a metabob ledger (`ledger serve`), which answers it")
     })
@@ -293,14 +293,14 @@ async fn show(a: TaskTarget, env: Env) -> CliResult {
     if history.task.is_none() {
         return Err(CliError::failure(format!(
             "task show: no task {} in this key's org",
-            metabob_wire::util::one_line(&a.task, 200)
+            metabob_wire::text::one_line(&a.task, 200)
         ))
         .hint("`metabob-mcp task list` names the tasks"));
     }
     if a.json {
         super::print_json(&answer)?;
     } else {
-        metabob_wire::out!("{}", history_text(&history));
+        metabob_process::out!("{}", history_text(&history));
     }
     Ok(Exit::Ok)
 }
@@ -381,7 +381,7 @@ async fn act(
         Some("done") => {
             let done: ActionDone = read_answer(&command, TASK_ACTION_SHAPE, &answer)?;
             if !json {
-                metabob_wire::outln!("{} {}: {}", done.action.as_str(), done.task_id, done.done);
+                metabob_process::outln!("{} {}: {}", done.action.as_str(), done.task_id, done.done);
             }
             Ok(Exit::Ok)
         }
@@ -389,8 +389,8 @@ async fn act(
             let detail = answer.get("detail").and_then(serde_json::Value::as_str);
             Err(CliError::failure(format!(
                 "{command}: {}: {}",
-                metabob_wire::util::one_line(&task, 200),
-                metabob_wire::util::one_line(detail.unwrap_or("refused"), 300)
+                metabob_wire::text::one_line(&task, 200),
+                metabob_wire::text::one_line(detail.unwrap_or("refused"), 300)
             )))
         }
         None => Err(
@@ -418,8 +418,8 @@ async fn edges(t: TaskTarget, others: Vec<String>, kind: VerdictKind, env: Env) 
             .map_err(|e| super::cell_error(&command, e))?;
         if !t.json {
             match kind {
-                VerdictKind::Blocked => metabob_wire::outln!("{} waits for {blocker}", t.task),
-                _ => metabob_wire::outln!("{} no longer waits for {blocker}", t.task),
+                VerdictKind::Blocked => metabob_process::outln!("{} waits for {blocker}", t.task),
+                _ => metabob_process::outln!("{} no longer waits for {blocker}", t.task),
             }
         }
         done.push(blocker);
@@ -455,7 +455,7 @@ async fn list(a: ListArgs, mut env: Env) -> CliResult {
         .map_err(|e| super::cell_error("task list", e.into()))?;
     if a.ready && !a.json {
         let ready: Ready = read_answer("task list --ready", READY_SHAPE, &board)?;
-        metabob_wire::out!("{}", ready_text(&ready));
+        metabob_process::out!("{}", ready_text(&ready));
         return Ok(Exit::Ok);
     }
     if a.json {
@@ -463,7 +463,7 @@ async fn list(a: ListArgs, mut env: Env) -> CliResult {
     } else {
         // Read once into the board's model; an answer that is no board is one error line.
         let board: Board = read_answer("task list", "taskBoard", &board)?;
-        metabob_wire::out!("{}", board_text(&board));
+        metabob_process::out!("{}", board_text(&board));
     }
     Ok(Exit::Ok)
 }
@@ -586,7 +586,7 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
         super::print_json(&report)?;
     } else {
         for c in &report.candidates {
-            metabob_wire::outln!(
+            metabob_process::outln!(
                 "{:<9} {} {}{}",
                 c.outcome.as_str(),
                 c.task_id,
@@ -598,16 +598,16 @@ async fn pull(a: PullArgs, env: Env) -> CliResult {
             );
         }
         match report.status {
-            PullStatus::Pulled => metabob_wire::outln!(
+            PullStatus::Pulled => metabob_process::outln!(
                 "pulled    {}",
                 report.task.as_ref().map_or("", |t| t.task_id.as_str())
             ),
-            PullStatus::NothingOpen => metabob_wire::outln!("no open task"),
-            PullStatus::TryLater => metabob_wire::outln!(
+            PullStatus::NothingOpen => metabob_process::outln!("no open task"),
+            PullStatus::TryLater => metabob_process::outln!(
                 "try later: retry after {}",
                 report.retry_after.as_deref().unwrap_or("a moment")
             ),
-            PullStatus::TaskFailed => metabob_wire::outln!(
+            PullStatus::TaskFailed => metabob_process::outln!(
                 "task failed: {}; pull the next task",
                 report.failed.as_ref().map_or("", |f| if f.parked {
                     "it is parked"
@@ -635,7 +635,7 @@ async fn reopen(a: TaskTarget, env: Env) -> CliResult {
     match outcome {
         Reopen::Reopened => {
             if !a.json {
-                metabob_wire::outln!("reopened {}", a.task);
+                metabob_process::outln!("reopened {}", a.task);
             }
             Ok(Exit::Ok)
         }
@@ -669,9 +669,9 @@ async fn claim(a: ClaimArgs, given: GiveBack, env: Env) -> CliResult {
             parked: parked.as_ref(),
         })?;
     } else {
-        metabob_wire::outln!("{}", outcome.word());
+        metabob_process::outln!("{}", outcome.word());
         if let Some(p) = &parked {
-            metabob_wire::outln!("parked: {}", p.reason);
+            metabob_process::outln!("parked: {}", p.reason);
         }
     }
     match outcome {

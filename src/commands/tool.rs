@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use crate::error::{CliError, CliResult, Exit};
 use metabob_mcp_server::Ctx;
 use metabob_mcp_server::calllog::Via;
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -55,7 +55,7 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
                 super::print_json(&metabob_mcp_server::server::tool_list())?;
             } else {
                 for t in metabob_mcp_server::tools::TOOLS {
-                    metabob_wire::outln!("{:<22} {}", t.name, t.description);
+                    metabob_process::outln!("{:<22} {}", t.name, t.description);
                 }
             }
             Ok(Exit::Ok)
@@ -91,7 +91,7 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
                     "isError": reply.is_error,
                 }))?;
             } else {
-                metabob_wire::outln!("{}", reply.text);
+                metabob_process::outln!("{}", reply.text);
             }
             Ok(if reply.is_error {
                 Exit::Failure

@@ -134,7 +134,7 @@ impl World {
         let url = self.ledger.url.clone();
         tokio::runtime::Runtime::new().unwrap().block_on(async move {
             use metabob_net::{NetClient, Request, Url};
-            let net = NetClient::from_env(&metabob_wire::env::Env::new(Vec::new(), "/"));
+            let net = NetClient::from_env(&metabob_process::env::Env::new(Vec::new(), "/"));
             let body = json!({"pointer": {"type": "conceptSearch", "shape": "finding_verdict", "limit": 1000}});
             let r = net
                 .send(Request::post_json(Url::parse(&url).unwrap().join("/resolve"), &body).header("authorization", format!("ApiKey {key}")))

@@ -16,7 +16,7 @@ use crate::support::TestEnv;
 
 /// Clone and fetch reach only file:// and git:// remotes here, which take no trust or proxy.
 fn net() -> metabob_net::NetClient {
-    metabob_net::NetClient::from_env(&metabob_wire::env::Env::default())
+    metabob_net::NetClient::from_env(&metabob_process::env::Env::default())
 }
 
 /// Runs the git CLI with the test's hermetic environment; panics with its stderr on failure.

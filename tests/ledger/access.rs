@@ -5,7 +5,8 @@ use serde_json::{Value, json};
 
 use super::{apikey, create, http, id, ids, resolve, resolve_url};
 use crate::support::{TestEnv, on_postgres, snapshot};
-use metabob_wire::util::{now_ms, parse_rfc3339_ms};
+use metabob_process::clock::now_ms;
+use metabob_wire::text::parse_rfc3339_ms;
 
 /// The help names both stores a ledger runs on.
 #[test]

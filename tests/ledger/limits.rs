@@ -65,7 +65,7 @@ fn search_queries_are_bounded_and_database_text_never_answers() {
     let max_bytes = max_query_bytes();
     assert_eq!(
         max_bytes,
-        metabob_wire::guard::field_rule("query").cap,
+        metabob_wire::fields::field_rule("query").cap,
         "the ledger's bound is the client's own cap on a query"
     );
     let search = |q: &str| resolve(&l, &reader, json!({"type": "conceptSearch", "query": q}));

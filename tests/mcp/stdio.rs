@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use metabob_mcp_server::Ctx;
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use serde_json::{Value, json};
 
 use super::project;

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use metabob_mcp_server::Ctx;
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ListRootsResult, Root,
 };

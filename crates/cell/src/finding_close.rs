@@ -19,7 +19,7 @@ use crate::ledger::recall::{self, LedgerView, Recalled};
 use crate::ledger::verdict::{self};
 use metabob_git::{GitError, Repo};
 use metabob_net::attachment::{Attachment, vessel_id};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::finding::Finding;
 use metabob_wire::report;
 use metabob_wire::trailers::{FIXES_FINDING, fixes_finding_ids, trailer_line_values};
@@ -128,13 +128,12 @@ pub async fn run(opts: CloseOptions, mut env: Env) -> Result<CloseReport, CellEr
     let commits = match &opts.commits {
         Commits::Range(r) => repo.rev_list(r)?,
         Commits::File(f) => {
-            let text =
-                metabob_wire::util::read_bounded(f, MAX_COMMITS_FILE_BYTES).map_err(|source| {
-                    CellError::Unreadable {
-                        path: f.clone(),
-                        source,
-                    }
-                })?;
+            let text = metabob_process::files::read_bounded(f, MAX_COMMITS_FILE_BYTES).map_err(
+                |source| CellError::Unreadable {
+                    path: f.clone(),
+                    source,
+                },
+            )?;
             let mut out = Vec::new();
             for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
                 out.push(

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use metabob_git::GitError;
 use metabob_net::attachment::ResolveError;
-use metabob_wire::guard::GuardRefusal;
+use metabob_process::guard::GuardRefusal;
 use metabob_wire::report::Hint;
 
 /// A failure of a cell command, each with its exit code: 2 for the attachment, 1 otherwise.
@@ -216,13 +216,13 @@ impl CellError {
 
 /// Settles configuration and runs one attachment attempt, as every one-shot command does.
 pub async fn attach_once(
-    env: &mut metabob_wire::env::Env,
+    env: &mut metabob_process::env::Env,
     workspace: &std::path::Path,
 ) -> Result<metabob_net::attachment::Attachment, CellError> {
     let cfg = metabob_net::config::load(env);
     let net = metabob_net::NetClient::from_env(env);
     let claim = metabob_net::attachment::ClientClaim::from_env(env, workspace);
-    let guard = metabob_wire::guard::Guard::new(env, Some(workspace));
+    let guard = metabob_process::guard::Guard::new(env, Some(workspace));
     let att = metabob_net::attachment::Attachment::new(cfg, net, claim, guard);
     match att.attempt().await.cause {
         Some(cause) => Err(CellError::NotAttached(cause)),

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::header::{Header, find_line};
 
 pub const CONVENTION_SHAPE: &str = "project_convention";

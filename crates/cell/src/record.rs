@@ -9,7 +9,7 @@ use super::CellError;
 use crate::ledger::record::{Duplicate, open_duplicate};
 use crate::ledger::repo_identity::repo_identity;
 use metabob_net::attachment::vessel_id;
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::record::FindingDraft;
 use metabob_wire::repo_identity::{identity_of_origin, vessel_aliases};
 
@@ -96,6 +96,7 @@ pub async fn run(opts: RecordOptions, mut env: Env) -> Result<RecordOutcome, Cel
         name,
         vessel_id(&env, &work),
         att.claim().session.clone(),
+        metabob_process::random::new_finding_id,
     );
     let concept_id = crate::ledger::write_concept(&att, nf.to_pointer()).await?;
     Ok(RecordOutcome::Recorded {

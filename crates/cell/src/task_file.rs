@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::CellError;
 use super::policy::{Conflicts, Integrate, PushTo, Source, Sourced, TrustList};
+use metabob_process::files::write_atomic;
 use metabob_wire::finding::Severity;
-use metabob_wire::util::write_atomic;
 
 /// A task file is a few kilobytes; anything past this was not written by `task pull`.
 const MAX_TASK_FILE_BYTES: u64 = 1 << 20;
@@ -70,7 +70,7 @@ impl TaskFile {
     /// Reads a task file; the error says what to do about a missing or foreign file.
     pub fn read(path: &Path) -> Result<TaskFile, CellError> {
         let text =
-            metabob_wire::util::read_bounded(path, MAX_TASK_FILE_BYTES).map_err(|source| {
+            metabob_process::files::read_bounded(path, MAX_TASK_FILE_BYTES).map_err(|source| {
                 CellError::TaskFileUnreadable {
                     path: path.to_path_buf(),
                     source,

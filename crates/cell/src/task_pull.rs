@@ -14,17 +14,18 @@ use crate::ledger::claims;
 use crate::ledger::recall::{self, LedgerView, Recalled};
 use crate::ledger::related;
 use metabob_net::attachment::{Attachment, ResolveError, vessel_id};
+use metabob_process::clock::now_ms;
+use metabob_process::env::Env;
 use metabob_wire::claims::{
     ClaimAction, ClaimOutcome, ClaimWord, Held, MAX_TAKE_CANDIDATES, Passed, TakeAsk, lapses_at,
     rendezvous,
 };
-use metabob_wire::env::Env;
 use metabob_wire::finding::Finding;
 use metabob_wire::header::Header;
 use metabob_wire::repo_identity::{Aliases, identity_of_origin, vessel_aliases};
 use metabob_wire::repo_path::{NotRepoPath, partition_repo_paths};
 use metabob_wire::row::{BadRow, RowMeta, read_rows};
-use metabob_wire::util::{now_ms, rfc3339_ms};
+use metabob_wire::text::rfc3339_ms;
 use metabob_wire::verdict::{Standing, failed_by};
 
 mod setup;

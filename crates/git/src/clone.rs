@@ -10,7 +10,7 @@ use gix::remote::Direction;
 
 use super::{Cause, GitError, Repo};
 use metabob_net::NetClient;
-use metabob_wire::guard::redact_url_credentials;
+use metabob_process::guard::redact_url_credentials;
 use metabob_wire::report::Hint;
 
 /// This crate's own words for why a clone or fetch failed, where gix has none or says it in
@@ -161,7 +161,7 @@ pub fn clone_at(
     ensure_tls_provider();
     if progress {
         let shown = redact_url_credentials(url);
-        metabob_wire::errln!("Cloning {shown} into {}…", dest.display());
+        metabob_process::errln!("Cloning {shown} into {}…", dest.display());
     }
     let attempt = |wanted| fetch_and_check_out(url, dest, wanted, progress, net);
     let cloned = match branch {
@@ -178,7 +178,7 @@ pub fn clone_at(
         name: branch.unwrap_or("HEAD").to_string(),
     })?;
     if progress {
-        metabob_wire::errln!("Checked out {head}.");
+        metabob_process::errln!("Checked out {head}.");
     }
     Ok((repo, head))
 }
@@ -359,7 +359,7 @@ fn fetch_and_check_out(
         })?;
     }
     if progress {
-        metabob_wire::errln!("Checking out files…");
+        metabob_process::errln!("Checking out files…");
     }
     let (repo, _) = checkout
         .main_worktree(gix::progress::Discard, &interrupt)

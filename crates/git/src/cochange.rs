@@ -65,7 +65,7 @@ pub struct CochangeIndex {
 }
 
 /// Why a stored index was not used as it was.
-pub use metabob_wire::stored::Unusable as Discarded;
+pub use metabob_process::stored::Unusable as Discarded;
 
 /// What bringing an index up to HEAD took.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +85,8 @@ impl CochangeIndex {
     /// The stored index at `path`, checked for shape; whether it fits the repository is
     /// [`CochangeIndex::refresh`]'s question.
     pub fn load(path: &Path) -> Result<CochangeIndex, Discarded> {
-        let bytes = metabob_wire::stored::read(path, MAX_INDEX_BYTES)?;
-        let index: CochangeIndex = metabob_wire::stored::decode(&bytes, COCHANGE_INDEX_VERSION)?;
+        let bytes = metabob_process::stored::read(path, MAX_INDEX_BYTES)?;
+        let index: CochangeIndex = metabob_process::stored::decode(&bytes, COCHANGE_INDEX_VERSION)?;
         let n = index.paths.len() as u64;
         let in_range = index.commits.len() <= HISTORY_DEPTH
             && (index.commits.iter())
@@ -99,7 +99,7 @@ impl CochangeIndex {
 
     /// Writes the index whole, atomically: a reader sees the old file or the new one.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        metabob_wire::stored::write(path, self)
+        metabob_process::stored::write(path, self)
     }
 
     /// The index of `repo`'s HEAD (anchor: cochange_refresh). A `stored` index whose HEAD is an

@@ -33,7 +33,7 @@ pub(super) fn of_changes(
         add_into(&mut sum, &digest);
         any = true;
     }
-    Ok(any.then(|| metabob_wire::util::hex(&sum)))
+    Ok(any.then(|| metabob_wire::text::hex(&sum)))
 }
 
 /// Adds `digest` into `sum` as little-endian numbers with carry, the way git's --stable sums

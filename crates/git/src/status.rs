@@ -47,7 +47,7 @@ impl Repo {
                 .as_bytes()
                 .to_vec()
         } else if meta.is_file() {
-            metabob_wire::util::read_bounded_bytes(&full, MAX_HASHED_BYTES).map_err(read_err)?
+            metabob_process::files::read_bounded_bytes(&full, MAX_HASHED_BYTES).map_err(read_err)?
         } else {
             return Ok(None);
         };

@@ -2,7 +2,7 @@
 //! tree-sitter.
 //!
 //! Must not depend on: the network stack (metabob-net, hyper, reqwest, rustls), a ledger store
-//! or MCP (tests/layers.rs holds this); only metabob-wire of ours.
+//! or MCP (tests/layers.rs holds this); only metabob-wire and metabob-process of ours.
 //!
 //! Public surface:
 //! - `Index::new(root)`; `run(&mut self, &IndexOptions, budget) -> Result<RunReport, IndexError>`
@@ -421,7 +421,7 @@ impl Index {
         let mut languages = BTreeMap::new();
         for f in &self.files {
             *languages
-                .entry(metabob_wire::util::wire_name(&f.lang))
+                .entry(metabob_wire::text::wire_name(&f.lang))
                 .or_insert(0) += 1;
         }
         IndexStats {

@@ -12,7 +12,7 @@ use std::path::Path;
 use petgraph::graph::DiGraph;
 use serde::{Deserialize, Serialize};
 
-use metabob_wire::stored::{self, Unusable};
+use metabob_process::stored::{self, Unusable};
 
 use super::{Component, EdgeKind, FileRec, Index, IndexOptions, Kind, Lang, Scan, Skipped, scan};
 
@@ -319,7 +319,7 @@ impl Index {
             elapsed_ms: self.elapsed_ms,
         };
         let bytes = serde_json::to_vec(&doc).map_err(std::io::Error::other)?;
-        metabob_wire::util::write_atomic(path, &bytes, Some(0o600))
+        metabob_process::files::write_atomic(path, &bytes, Some(0o600))
     }
 
     /// Takes a decoded and range-checked document as this index, once the workspace still

@@ -26,7 +26,7 @@ use metabob_wire::depends::{MAX_BLOCKERS, OpenBlocker, open_blockers};
 use metabob_wire::finding::{FINDING_SHAPE, Finding};
 use metabob_wire::repo_identity::{identity_of_origin, vessel_aliases};
 use metabob_wire::row::read_rows;
-use metabob_wire::util::rfc3339_ms;
+use metabob_wire::text::rfc3339_ms;
 use metabob_wire::verdict::{Standing, VERDICT_SHAPE, Verdict, VerdictKind, standing};
 
 /// The `/board` page: plain HTML, CSS and script, no build step and nothing fetched elsewhere.

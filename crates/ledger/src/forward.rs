@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::errors::{ApiError, ForwardCause};
 use super::resolve::Answer;
 use metabob_net::{NetCause, NetClient, Request, Url};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// Sends pointers on to producers.
 pub struct Forwarder {

@@ -75,7 +75,7 @@ pub async fn resolve(
 ) -> Result<Answer, ApiError> {
     let p = Fields::new(pointer, "");
     let org = key.org_id.clone();
-    let now = metabob_wire::util::now_ms();
+    let now = metabob_process::clock::now_ms();
     match shape {
         "goalDispatchAsync" => {
             let req = dispatch::DispatchRequest::parse(pointer, claim, key)?;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use metabob_net::{NetCause, NetClient, Request, Retry, Url};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// How long the probe waits: under a healthcheck's usual timeout.
 const BUDGET: Duration = Duration::from_secs(3);

@@ -7,10 +7,10 @@ use serde::Serialize;
 use super::db::{Location, require_ledger, with_store};
 use super::errors::{ApiError, LedgerError};
 use super::sql::{Sql, args};
+use metabob_process::clock::now_ms;
+use metabob_process::random::random_hex;
 use metabob_wire::row::MAX_TIME_MS;
-use metabob_wire::util::{
-    now_ms, parse_duration, parse_rfc3339_ms, random_hex, rfc3339_ms, sha256_hex,
-};
+use metabob_wire::text::{parse_duration, parse_rfc3339_ms, rfc3339_ms, sha256_hex};
 
 pub const KEY_PREFIX: &str = "mb_live_";
 pub const DEFAULT_ORG: &str = "default";

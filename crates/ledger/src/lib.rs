@@ -3,8 +3,8 @@
 //! database that any number of replicas share (`db::Location`).
 //!
 //! Must not depend on: rmcp, tree-sitter, gix, the index, the cell or the MCP server; it shares
-//! only metabob-wire (the vocabulary) and metabob-net (configuration, the connection server)
-//! with the client side (tests/layers.rs holds this).
+//! only metabob-wire (the vocabulary), metabob-process (the house rules) and metabob-net
+//! (configuration, the connection server) with the client side (tests/layers.rs holds this).
 //!
 //! `serve` binds, opens the store, runs the first start, prints the one stdout line and serves
 //! until SIGINT/SIGTERM. The key commands (`keys`) open the same store directly.
@@ -50,7 +50,7 @@ pub use keys::{CreatedKey, KeyInfo, KeyRequest, Revoked, create_key, list_keys, 
 use db::Db;
 pub use db::{BackupReport, Location, backup};
 use keys::{DEFAULT_ORG, Scope, create_key_in, has_no_orgs};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::shapes::LEDGER_SHAPES;
 use resolve::Ledger;
 
@@ -437,18 +437,18 @@ fn first_start(db: &Db, env: &Env, public_url: &str) -> Result<(), LedgerError> 
     })?;
     let Some(key) = created else { return Ok(()) };
     // Printed, not logged: the operator must see it whatever RUST_LOG says, and it is shown once.
-    metabob_wire::errln!(
+    metabob_process::errln!(
         "metabob-ledger: first start: created org {} ({}) and admin key {}: {}",
         key.org,
         key.org_id,
         key.key_id,
         key.key
     );
-    metabob_wire::errln!(
+    metabob_process::errln!(
         "metabob-ledger: this key is shown once; `metabob-mcp ledger key create` makes more"
     );
     match write_first_config(env, &key.key, public_url) {
-        Ok(Some(path)) => metabob_wire::errln!(
+        Ok(Some(path)) => metabob_process::errln!(
             "metabob-ledger: wrote {} (mode 0600) with this key and discovery endpoint {public_url}",
             path.display()
         ),
@@ -483,11 +483,11 @@ fn write_first_config(
     }
     let body = serde_json::json!({ "metabob": { "apiKey": key, "discoveryEndpoint": public_url } });
     let text = serde_json::to_string_pretty(&body).expect("a JSON value always serializes");
-    metabob_wire::util::write_atomic(&path, text.as_bytes(), Some(0o600)).map_err(|source| {
-        LedgerError::Io {
+    metabob_process::files::write_atomic(&path, text.as_bytes(), Some(0o600)).map_err(
+        |source| LedgerError::Io {
             path: path.clone(),
             source,
-        }
-    })?;
+        },
+    )?;
     Ok(Some(path))
 }

@@ -30,7 +30,7 @@ use super::db::DbStats;
 use super::errors::ApiError;
 use super::resolve::Shared;
 use metabob_wire::board::Board;
-use metabob_wire::util::parse_rfc3339_ms;
+use metabob_wire::text::parse_rfc3339_ms;
 use metabob_wire::verdict::{VERDICT_SHAPE, Verdict, VerdictKind};
 
 /// What `/metrics` answers with: OpenMetrics text, which Prometheus asks for and parses.

@@ -317,7 +317,7 @@ mod tests {
                 w.sql(),
                 "org_a",
                 &f.concept_id,
-                metabob_wire::util::now_ms(),
+                metabob_process::clock::now_ms(),
             )
         })
         .unwrap()

@@ -251,7 +251,7 @@ pub async fn dispatch(
         }
         "taskBoard" => {
             let req = super::board::BoardRequest::parse(&p)?;
-            let now = metabob_wire::util::now_ms();
+            let now = metabob_process::clock::now_ms();
             ok(ledger
                 .db
                 .read(&key.org_id, budget, move |c| req.run(c, &org, now))
@@ -259,7 +259,7 @@ pub async fn dispatch(
         }
         metabob_wire::depends::READY_SHAPE => {
             let req = super::take::ReadyRequest::parse(&p)?;
-            let now = metabob_wire::util::now_ms();
+            let now = metabob_process::clock::now_ms();
             ok(ledger
                 .db
                 .read(&key.org_id, budget, move |c| req.run(c, &org, now))
@@ -267,7 +267,7 @@ pub async fn dispatch(
         }
         metabob_wire::task_action::TASK_HISTORY_SHAPE => {
             let req = super::task_actions::HistoryRequest::parse(&p)?;
-            let now = metabob_wire::util::now_ms();
+            let now = metabob_process::clock::now_ms();
             ok(ledger
                 .db
                 .read(&key.org_id, budget, move |c| req.run(c, &org, now))

@@ -200,7 +200,7 @@ async fn metrics(State(s): State<Shared>, headers: HeaderMap) -> Result<Response
         }
         None => return Err(NO_KEY),
     };
-    let now = metabob_wire::util::now_ms();
+    let now = metabob_process::clock::now_ms();
     let seen = super::metrics::boards(&s, orgs, now).await?;
     let body = s.metrics.render(s.db.stats(), busy, &seen, now);
     Ok(([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], body).into_response())

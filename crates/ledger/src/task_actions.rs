@@ -19,7 +19,7 @@ use metabob_wire::task_action::{
     ActionDone, Attempt, HistoryEvent, HistoryTask, MAX_REASON_CHARS, Refused, TaskAction,
     TaskHistory, decide,
 };
-use metabob_wire::util::rfc3339_ms;
+use metabob_wire::text::rfc3339_ms;
 use metabob_wire::verdict::{Verdict, VerdictKind, link_pointer};
 
 /// Longest task id a request may name.

@@ -7,7 +7,8 @@ use crate::concepts::CreateConcept;
 use crate::db::{Budget, Db, Location};
 use crate::errors::ApiError;
 use crate::input::Fields;
-use metabob_wire::finding::{FindingStatus, NewFinding, Severity, new_finding_id};
+use metabob_process::random::new_finding_id;
+use metabob_wire::finding::{FindingStatus, NewFinding, Severity};
 
 pub struct TestLedger {
     _dir: tempfile::TempDir,

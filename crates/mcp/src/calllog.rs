@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// Which entry point a call came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl CallLog {
     /// Appends one line (anchor: log_call). A failed write is logged and never fails the call.
     pub fn log(&self, e: &Entry<'_>) {
         let mut line = json!({
-            "ts": metabob_wire::util::rfc3339_ms(metabob_wire::util::now_ms()),
+            "ts": metabob_wire::text::rfc3339_ms(metabob_process::clock::now_ms()),
             "session": e.session,
             "tool": e.tool,
             "via": e.via.as_str(),

@@ -8,7 +8,7 @@ use crate::agent_queue::{Sidecar, sidecar_path};
 use crate::store::{Store, store_path};
 use metabob_index::Index;
 use metabob_net::attachment::{Attachment, ClientClaim, vessel_id};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 use super::calllog::CallLog;
 use super::workspace::{Decided, Workspace, WorkspaceError};
@@ -57,7 +57,7 @@ pub struct Ctx {
 impl Ctx {
     pub fn new(mut env: Env, long_running: bool) -> Ctx {
         // One session id for the claim on writes and the call log alike.
-        env.set_default("SESSION_ID", metabob_wire::util::uuid_v4());
+        env.set_default("SESSION_ID", metabob_process::random::uuid_v4());
         Ctx {
             session_id: env.get("SESSION_ID").unwrap_or_default().to_string(),
             workspace: Workspace::new(&env),
@@ -85,7 +85,7 @@ impl Ctx {
             let cfg = metabob_net::config::load(&mut env);
             let net = metabob_net::NetClient::from_env(&env);
             let claim = ClientClaim::from_env(&env, workspace);
-            let guard = metabob_wire::guard::Guard::new(&env, Some(workspace));
+            let guard = metabob_process::guard::Guard::new(&env, Some(workspace));
             let att = Attachment::new(cfg, net, claim, guard);
             let vessel = vessel_id(&env, workspace);
             if self.long_running {
@@ -182,5 +182,5 @@ impl Ctx {
 const NO_STORE: &str = "the local store is unavailable: no HOME and no METABOB_STORE";
 
 pub fn workspace_id(workspace: &Path) -> String {
-    metabob_wire::util::sha256_hex(workspace.display().to_string().as_bytes())[..16].to_string()
+    metabob_wire::text::sha256_hex(workspace.display().to_string().as_bytes())[..16].to_string()
 }

@@ -27,7 +27,7 @@ use super::ctx::Ctx;
 use super::server::answer_even_if_it_panics;
 use super::tools::{self, Reply};
 use crate::agent_queue::{Sidecar, Solicitation, queue_vessel};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::report;
 
 /// The largest request body read, as for one MCP line on stdio (`framing::MAX_LINE_BYTES`);
@@ -632,7 +632,7 @@ async fn health(State(r): State<Arc<Resolver>>) -> Json<Value> {
 fn scrub(v: &mut Value, key: Option<&str>) {
     match v {
         Value::String(s) => {
-            let mut out = metabob_wire::guard::redact_url_credentials(s);
+            let mut out = metabob_process::guard::redact_url_credentials(s);
             if let Some(k) = key.filter(|k| k.len() >= 8)
                 && out.contains(k)
             {

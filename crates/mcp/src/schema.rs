@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value};
 
-use metabob_wire::util::one_line;
+use metabob_wire::text::one_line;
 
 /// The input schema of `T`, with every subschema inlined: some MCP clients cannot follow `$ref`.
 /// Every object with named fields is closed (`additionalProperties: false`), here and so for

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// How long a tool call waits for the client's first roots answer.
 pub const ROOTS_WAIT: Duration = Duration::from_secs(2);

@@ -19,7 +19,7 @@ use super::cause::{NetCause, NetError, Portal, Target};
 use super::proxy::{Hop, ProxyDiagnosis, ProxySettings, Route, RouteReason};
 use super::tls::{self, TlsInfo};
 use super::url::{Scheme, Url};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 // anchor: connect-budget
 pub const DEFAULT_CONNECT_BUDGET: Duration = Duration::from_secs(5);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// Variables this process reads whose values a plugin host may pass unsubstituted.
 const CONFIG_VARS: &[&str] = &[
@@ -157,7 +157,7 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 pub fn lookup_config(env: &Env) -> (Option<(PathBuf, Value)>, Vec<String>) {
     let mut warnings = Vec::new();
     for (path, explicit) in candidates(env) {
-        let text = match metabob_wire::util::read_bounded(&path, MAX_CONFIG_BYTES) {
+        let text = match metabob_process::files::read_bounded(&path, MAX_CONFIG_BYTES) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => continue,
             Err(e) => {

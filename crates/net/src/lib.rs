@@ -3,7 +3,8 @@
 //! carries; configuration lookup (`config`), the attachment to a ledger (`attachment`), and the
 //! connection server every HTTP server here runs on (`serve`).
 //!
-//! Must not depend on: any crate of ours but metabob-wire; no store, no git, no MCP.
+//! Must not depend on: any crate of ours but metabob-wire and metabob-process; no store, no git,
+//! no MCP.
 
 pub mod attachment;
 mod cause;

@@ -6,8 +6,8 @@ use std::net::Ipv4Addr;
 
 use super::cause::{BadProxy, NetCause};
 use super::url::{Scheme, Url, UrlError};
-use metabob_wire::env::Env;
-use metabob_wire::guard::redact_url_credentials;
+use metabob_process::env::Env;
+use metabob_process::guard::redact_url_credentials;
 
 /// Why a request goes where it goes; `attach --check` prints it.
 #[derive(Clone, Debug, PartialEq, Eq)]

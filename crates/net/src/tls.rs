@@ -13,7 +13,7 @@ use rustls::{
 };
 
 use super::cause::{NetCause, Target};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// What TLS saw on the way to a target.
 #[derive(Clone, Debug, PartialEq, Eq)]

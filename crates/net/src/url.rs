@@ -86,7 +86,7 @@ impl Url {
         let s = input.trim();
         let Some((scheme, rest)) = s.split_once("://") else {
             return Err(Malformed::NoScheme {
-                input: metabob_wire::guard::redact_url_credentials(s),
+                input: metabob_process::guard::redact_url_credentials(s),
             }
             .into());
         };
@@ -242,7 +242,7 @@ impl Url {
     /// and the rest passes the one redaction owner (a secret-named query parameter).
     pub fn redacted(&self) -> String {
         let creds = if self.has_credentials() {
-            format!("{}@", metabob_wire::guard::MASK)
+            format!("{}@", metabob_process::guard::MASK)
         } else {
             String::new()
         };
@@ -255,7 +255,7 @@ impl Url {
         } else {
             self.path.as_str()
         };
-        metabob_wire::guard::redact_url_credentials(&format!(
+        metabob_process::guard::redact_url_credentials(&format!(
             "{}://{creds}{}{port}{path}",
             self.scheme.as_str(),
             self.bracketed_host()
@@ -386,11 +386,11 @@ mod tests {
             "https://h/x"
         );
         assert_eq!(
-            metabob_wire::guard::redact_url_credentials("http://u:pw@p:1"),
+            metabob_process::guard::redact_url_credentials("http://u:pw@p:1"),
             "http://u:***@p:1"
         );
         assert_eq!(
-            metabob_wire::guard::redact_url_credentials("u:pw@p:1"),
+            metabob_process::guard::redact_url_credentials("u:pw@p:1"),
             "u:***@p:1"
         );
     }

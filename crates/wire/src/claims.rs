@@ -297,7 +297,7 @@ pub fn claim_row<'a>(
             ("claim_minutes", minutes.to_string()),
             (
                 "claim_until",
-                crate::util::rfc3339_ms(now + minutes * 60_000),
+                crate::text::rfc3339_ms(now + minutes * 60_000),
             ),
         ],
     }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::header::{self, Header};
 use super::row::{BadRow, MAX_FILES_PER_ROW, MAX_IDS_PER_ROW, RowMeta, warn_skipped};
-use crate::util::random_hex;
+use crate::text::hex;
 
 pub const FINDING_SHAPE: &str = "code_finding";
 pub const FINDING_SOURCE_TYPE: &str = "metabob_annotation";
@@ -72,9 +72,11 @@ impl FromStr for Severity {
     }
 }
 
-/// A new finding id: `agf_` and 16 hex digits.
-pub fn new_finding_id() -> String {
-    format!("agf_{}", random_hex(8))
+/// A finding id (anchor: finding_id): `agf_` and the 8 bytes as 16 hex digits. The bytes are
+/// the caller's to draw (`metabob_process::random::new_finding_id`), so the vocabulary holds
+/// the form and no randomness.
+pub fn finding_id(bytes: [u8; 8]) -> String {
+    format!("agf_{}", hex(&bytes))
 }
 
 /// `[SEV][category] <name>: <summary>`, the summary every reader recognises (anchor: summary_line).

@@ -1,27 +1,29 @@
-//! metabob-wire: the ledger's vocabulary, shared by the cell's client side and the embedded
-//! ledger, and the house rules every layer keeps.
+//! metabob-wire: the ledger's vocabulary, the words client and server both speak: what a row
+//! of the ledger says and how it is read, written and bounded. Anything that reads or writes a
+//! ledger row, or a reader that only wants to understand one, links this crate alone.
 //!
-//! Owns: findings, verdicts and the one holder rule (`claims::holder`), row bounds
-//! (`row::RowTexts`), header blocks, shapes, commit trailers, ref validation (`refname`), the
-//! board's typed model, repository identity from a URL, and the process-wide rules under them:
-//! the environment snapshot (`env`), the one writer of output (`out`), credential redaction and
-//! the outgoing-text guard (`guard`).
+//! Owns: findings and their ids' form (`finding`), recording a finding (`record`), verdicts,
+//! claims and the one holder rule (`claims::holder`), row bounds (`row::RowTexts`) and the
+//! per-field caps (`fields`), header blocks, shapes, commit trailers, ref validation
+//! (`refname`), the board's typed model, dependencies and parking, task actions, repository
+//! identity from a URL, error rendering (`report`), and the pure text helpers they share
+//! (`text`: RFC 3339 times, durations, hex, one safe line, wire names).
 //!
 //! Must not depend on: the network (no sockets, no HTTP client), a store (no SQLite, no
-//! PostgreSQL), git, tree-sitter or MCP. Everything here is a pure reading of text and values,
-//! plus bounded file reads; that is what lets both the client and the server link it.
+//! PostgreSQL), git, tree-sitter, MCP, or any crate of ours. Nor does it hold a process rule:
+//! no logging setup, no randomness, no clock, no files of its own (those are
+//! `metabob-process`'s). Everything here is a pure reading of text and values, which is what
+//! lets the client, the server and any other reader link it.
 
-// Output goes through `out` (redaction, a closed pipe), never straight to the streams.
+// Nothing here prints: output is the process's, through `metabob_process::out`.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod board;
 pub mod claims;
 pub mod depends;
-pub mod env;
+pub mod fields;
 pub mod finding;
-pub mod guard;
 pub mod header;
-pub mod out;
 pub mod parking;
 pub mod record;
 pub mod refname;
@@ -31,10 +33,9 @@ pub mod repo_path;
 pub mod report;
 pub mod row;
 pub mod shapes;
-pub mod stored;
 pub mod task_action;
+pub mod text;
 pub mod trailers;
-pub mod util;
 pub mod verdict;
 pub mod window;
 

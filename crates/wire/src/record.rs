@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use super::finding::{FindingStatus, NewFinding, Severity, lines_field, new_finding_id};
+use super::finding::{FindingStatus, NewFinding, Severity, lines_field};
 use super::repo_path::{NotRepoPath, check_repo_path};
 
 /// A finding as a caller asks to record it, before the ledger's rules apply (anchor:
@@ -48,16 +48,19 @@ impl FindingDraft {
         Ok(self)
     }
 
-    /// The write (anchor: draft_into_new): one `agf_` id per file, one concept for all.
+    /// The write (anchor: draft_into_new): one `agf_` id per file, one concept for all. The ids
+    /// come from `new_id`, called once per file (`metabob_process::random::new_finding_id`
+    /// outside tests), so the vocabulary draws no randomness itself.
     pub fn into_new(
         self,
         repo: String,
         repo_name: String,
         recorded_by: Option<String>,
         session: String,
+        mut new_id: impl FnMut() -> String,
     ) -> NewFinding {
         NewFinding {
-            finding_ids: self.files.iter().map(|_| new_finding_id()).collect(),
+            finding_ids: self.files.iter().map(|_| new_id()).collect(),
             lines: self
                 .files
                 .first()
@@ -152,6 +155,33 @@ mod tests {
                 .starts_with("file \"\" is not a repository path: it is empty;"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_draft_takes_one_id_per_file_from_its_caller() {
+        let mut n = 0u8;
+        let new = draft(&["a.py", "b.py", "c.py"])
+            .checked()
+            .unwrap()
+            .into_new(
+                "git.lan/app".into(),
+                "app".into(),
+                None,
+                "s1".into(),
+                || {
+                    n += 1;
+                    crate::finding::finding_id([n; 8])
+                },
+            );
+        assert_eq!(
+            new.finding_ids,
+            [
+                "agf_0101010101010101",
+                "agf_0202020202020202",
+                "agf_0303030303030303"
+            ]
+        );
+        assert_eq!(new.files, ["a.py", "b.py", "c.py"]);
     }
 
     #[test]

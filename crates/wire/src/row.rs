@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::finding::plain_concept_id;
 use super::header::Header;
-use crate::guard::field_rule;
-use crate::util::parse_rfc3339_ms;
+use crate::fields::field_rule;
+use crate::text::parse_rfc3339_ms;
 
 /// The latest instant a reader formats, 9999-12-31T23:59:59.999Z: RFC 3339 has four-digit
 /// years, and a time past it is no time anyone wrote honestly.
@@ -344,7 +344,7 @@ mod properties {
 
     use crate::claims::{MAX_CLAIM_MINUTES, holder, lapses_at};
     use crate::finding::Finding;
-    use crate::util::rfc3339_ms;
+    use crate::text::rfc3339_ms;
     use crate::verdict::Verdict;
 
     use super::{MAX_TIME_MS, RowMeta};

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 /// A default fit for an agent: long enough for a real fix with its tests, short enough that a
 /// hung harness gives its task back within the working day.
@@ -118,7 +118,7 @@ fn number(
         .filter(|n| (min..=max).contains(n))
         .ok_or_else(|| ConfigError::Invalid {
             name,
-            value: metabob_wire::util::one_line(raw, 40),
+            value: metabob_wire::text::one_line(raw, 40),
             want: format!("a whole number from {min} to {max}"),
         })
 }
@@ -151,7 +151,7 @@ impl CellConfig {
             other => {
                 return Err(ConfigError::Invalid {
                     name: "ON_EMPTY",
-                    value: metabob_wire::util::one_line(other, 40),
+                    value: metabob_wire::text::one_line(other, 40),
                     want: "exit or wait".into(),
                 });
             }
@@ -162,7 +162,7 @@ impl CellConfig {
             other => {
                 return Err(ConfigError::Invalid {
                     name: "METABOB_LOG_FORMAT",
-                    value: metabob_wire::util::one_line(other, 40),
+                    value: metabob_wire::text::one_line(other, 40),
                     want: "human or json".into(),
                 });
             }

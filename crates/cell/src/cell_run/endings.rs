@@ -24,7 +24,7 @@ impl Cell {
         if salvage {
             self.keep_commits().await;
         }
-        let reason = metabob_wire::util::one_line(reason, 1_500);
+        let reason = metabob_wire::text::one_line(reason, 1_500);
         let claim = match how {
             GiveBack::Release => Claim::Release {
                 reason: Some(reason),
@@ -98,7 +98,7 @@ impl Cell {
         {
             return;
         }
-        let stamp = metabob_wire::util::now_ms() / 1000;
+        let stamp = metabob_process::clock::now_ms() / 1000;
         let file = self.cfg.salvage_dir.join(format!("{id}-{stamp}.bundle"));
         let branch = format!("salvage/{id}");
         let kept = match std::fs::create_dir_all(&self.cfg.salvage_dir) {

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use metabob_wire::env::Env;
-use metabob_wire::guard::redact_url_credentials;
-use metabob_wire::util::one_line;
+use metabob_process::env::Env;
+use metabob_process::guard::redact_url_credentials;
+use metabob_wire::text::one_line;
 
 /// One git step never takes longer: a fetch or push of a fix is seconds, a hung server is not.
 const STEP_TIMEOUT: Duration = Duration::from_secs(300);

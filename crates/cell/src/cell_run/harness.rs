@@ -66,7 +66,7 @@ impl Tail {
             if t.len() == TAIL_LINES {
                 t.pop_front();
             }
-            t.push_back(metabob_wire::util::one_line(line, 300));
+            t.push_back(metabob_wire::text::one_line(line, 300));
         }
     }
 
@@ -94,11 +94,11 @@ impl Tail {
 }
 
 fn redact(line: &str, secrets: &[String]) -> String {
-    let mut l = metabob_wire::guard::redact_url_credentials(line);
+    let mut l = metabob_process::guard::redact_url_credentials(line);
     for s in secrets.iter().filter(|s| s.len() >= 8) {
         l = l.replace(s.as_str(), "[redacted]");
     }
-    if let Some(kind) = metabob_wire::guard::scan_patterns(&l) {
+    if let Some(kind) = metabob_process::guard::scan_patterns(&l) {
         return format!("[a line withheld: it holds what looks like a {kind}]");
     }
     l
@@ -111,7 +111,7 @@ fn forward(
     tokio::spawn(async move {
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            metabob_wire::errln!("{line}");
+            metabob_process::errln!("{line}");
             tail.push(&line);
         }
     })

@@ -7,8 +7,8 @@ use tokio::sync::watch;
 
 use super::log::Log;
 use crate::task_claim::{GiveBack as Claim, renew_or_release};
+use metabob_process::env::Env;
 use metabob_wire::claims::ClaimOutcome;
-use metabob_wire::env::Env;
 
 /// Why a renewal's answer means the claim is gone.
 pub(super) fn claim_gone(outcome: &ClaimOutcome) -> String {

@@ -7,7 +7,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::config::LogFormat;
-use metabob_wire::util::{now_ms, rfc3339_ms};
+use metabob_process::clock::now_ms;
+use metabob_wire::text::rfc3339_ms;
 
 pub const PREFIX: &str = "cell-entrypoint";
 
@@ -52,7 +53,7 @@ impl Log {
 
     pub fn line(&self, l: Line<'_>) {
         match self.format {
-            LogFormat::Human => metabob_wire::errln!("{PREFIX}: {}", l.message),
+            LogFormat::Human => metabob_process::errln!("{PREFIX}: {}", l.message),
             LogFormat::Json => {
                 let j = JsonLine {
                     time: rfc3339_ms(now_ms()),
@@ -65,7 +66,7 @@ impl Log {
                     message: &l.message,
                 };
                 if let Ok(text) = serde_json::to_string(&j) {
-                    metabob_wire::errln!("{text}");
+                    metabob_process::errln!("{text}");
                 }
             }
         }

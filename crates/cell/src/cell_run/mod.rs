@@ -30,10 +30,10 @@ use machine::{
     Action, Backoff, CloseEnd, Event, FenceEnd, GiveBack, HarnessEnd, IntegrateEnd, Limits,
     Machine, PullEnd, PushEnd, Then, fail_max_line,
 };
+use metabob_process::env::Env;
+use metabob_process::random::random_u16;
 use metabob_wire::claims::ClaimOutcome;
-use metabob_wire::env::Env;
 use metabob_wire::report::{self, Hint};
-use metabob_wire::util::random_u16;
 
 /// The task in hand.
 struct Current {
@@ -706,7 +706,7 @@ impl Cell {
                     Some(Outcome::Closed { .. }) => CloseEnd::Closed,
                     Some(Outcome::Pending { .. }) => CloseEnd::Pending,
                     Some(other) => CloseEnd::NotClosed {
-                        outcome: metabob_wire::util::wire_name(other),
+                        outcome: metabob_wire::text::wire_name(other),
                     },
                     None => CloseEnd::NotClosed {
                         outcome: "not named by the commits".into(),

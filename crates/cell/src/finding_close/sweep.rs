@@ -14,10 +14,10 @@ use crate::ledger::recall::{self, LedgerView, Recalled};
 use metabob_git::{GitError, Repo};
 use metabob_net::NetClient;
 use metabob_net::attachment::vessel_id;
-use metabob_wire::env::Env;
-use metabob_wire::guard::redact_url_credentials;
+use metabob_process::env::Env;
+use metabob_process::guard::redact_url_credentials;
 use metabob_wire::repo_identity::{identity_of_origin, normalize_remote_url, vessel_aliases};
-use metabob_wire::util::one_line;
+use metabob_wire::text::one_line;
 use metabob_wire::verdict::Standing;
 
 /// A target named by a ledger row is shown at most this long.

@@ -45,7 +45,7 @@ pub async fn claim_finding(
         Standing::Parked { .. } if !action.gives_back() => return Ok(ClaimOutcome::Closed),
         _ => {}
     }
-    let now = metabob_wire::util::now_ms();
+    let now = metabob_process::clock::now_ms();
     let current = holder(&rows, now);
     let mine = current.as_ref().is_some_and(|h| h.holder == me);
     match (action, &current) {
@@ -96,7 +96,7 @@ pub async fn claim_finding(
         if !rows.iter().any(|v| v.concept_id == written) {
             continue;
         }
-        return Ok(match holder(&rows, metabob_wire::util::now_ms()) {
+        return Ok(match holder(&rows, metabob_process::clock::now_ms()) {
             Some(h) if h.holder == me => {
                 link(att, &written, &finding.concept_id).await;
                 if action == ClaimAction::Renew || mine {
@@ -185,7 +185,7 @@ async fn write_once_more_on_give_up(
             Err(ResolveError::NoProducer { .. } | ResolveError::ProducerTimeout { .. })
                 if tries == 1 =>
             {
-                let jitter = u64::from(metabob_wire::util::random_u16() % 400) + 100;
+                let jitter = u64::from(metabob_process::random::random_u16() % 400) + 100;
                 tokio::time::sleep(std::time::Duration::from_millis(jitter)).await;
             }
             other => return other,

@@ -29,7 +29,7 @@ pub async fn write_concept(
             .filter_map(serde_json::Value::as_str)
             .take(MAX_NOTES)
         {
-            tracing::warn!("{}", metabob_wire::util::one_line(note, 300));
+            tracing::warn!("{}", metabob_wire::text::one_line(note, 300));
         }
     }
     body.get("concept")

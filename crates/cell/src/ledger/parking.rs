@@ -74,7 +74,7 @@ pub async fn reopen(
 ) -> Result<Reopen, ResolveError> {
     use metabob_wire::task_action::{Refused, TaskAction, decide};
     let rows = verdicts_of(att, finding).await?;
-    let now = metabob_wire::util::now_ms();
+    let now = metabob_process::clock::now_ms();
     match decide(TaskAction::Reopen, finding, &rows, me, session, None, now) {
         Ok((nv, _)) => {
             verdict::write(att, &nv, "reopen").await?;

@@ -15,16 +15,18 @@ use crate::ledger::related::Related;
 use crate::policy::{self, Convention, Policy, TrustList};
 use crate::task_file::{TaskClaim, TaskFile, TaskPolicy};
 use metabob_net::attachment::Attachment;
+use metabob_process::clock::now_ms;
+use metabob_process::env::Env;
+use metabob_process::files::write_atomic;
+use metabob_process::guard::redact_url_credentials;
 use metabob_wire::claims::Held;
-use metabob_wire::env::Env;
 use metabob_wire::finding::Finding;
-use metabob_wire::guard::redact_url_credentials;
 use metabob_wire::header::find_line;
 use metabob_wire::parking::Parked;
 use metabob_wire::refname::validate_ref;
 use metabob_wire::repo_path::NotRepoPath;
 use metabob_wire::report::with_hint;
-use metabob_wire::util::{now_ms, rfc3339_ms, write_atomic};
+use metabob_wire::text::rfc3339_ms;
 
 /// One pull's set-up step: what it reads besides the task.
 pub(super) struct Pull<'a> {

@@ -217,7 +217,7 @@ impl NetHttp {
         let invalid = || smart::Error::Detail {
             description: format!(
                 "{} is not a URL",
-                metabob_wire::guard::redact_url_credentials(url)
+                metabob_process::guard::redact_url_credentials(url)
             ),
         };
         let target = without_credentials(url).ok_or_else(invalid)?;
@@ -364,7 +364,7 @@ impl Pending {
         let response = request.send().map_err(|e| self.failed(e))?;
         if response.url() != &self.target {
             let landed = response.url().as_str();
-            let shown = metabob_wire::guard::redact_url_credentials(landed);
+            let shown = metabob_process::guard::redact_url_credentials(landed);
             let base = landed
                 .strip_suffix(self.tail.as_str())
                 .filter(|_| !self.tail.is_empty())
@@ -386,7 +386,7 @@ impl Pending {
                 .and_then(|l| l.to_str().ok())
                 .map_or_else(
                     || "elsewhere".to_string(),
-                    metabob_wire::guard::redact_url_credentials,
+                    metabob_process::guard::redact_url_credentials,
                 );
             return Err(io::Error::other(Failure::Redirect { to }));
         }

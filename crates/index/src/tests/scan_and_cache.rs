@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use metabob_wire::stored::Unusable;
+use metabob_process::stored::Unusable;
 
 /// The cache's two readers, during the migration from JSON: every cache test runs on both.
 #[derive(Clone, Copy, Debug)]

@@ -7,11 +7,11 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::sql::{Sql, args};
+use metabob_process::random::random_hex;
 use metabob_wire::finding::FINDING_SHAPE;
 use metabob_wire::header::Header;
 use metabob_wire::repo_path::check_repo_path;
 use metabob_wire::row::{MAX_IDS_PER_ROW, RowTexts};
-use metabob_wire::util::random_hex;
 use metabob_wire::verdict::VERDICT_SHAPE;
 
 pub struct CreateConcept {

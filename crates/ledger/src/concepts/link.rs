@@ -10,7 +10,7 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::sql::args;
-use metabob_wire::util::random_hex;
+use metabob_process::random::random_hex;
 
 pub struct Link {
     from: String,

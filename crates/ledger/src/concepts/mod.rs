@@ -21,7 +21,7 @@ use super::errors::ApiError;
 use super::input::Fields;
 use super::sql::{Row, Sql, args, json_text};
 use metabob_wire::finding::plain_concept_id;
-use metabob_wire::util::rfc3339_ms;
+use metabob_wire::text::rfc3339_ms;
 
 pub use create::CreateConcept;
 pub use graph::{Graph, Sequence};

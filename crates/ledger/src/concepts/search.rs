@@ -21,11 +21,11 @@ pub struct Search {
 }
 
 /// Upper bound on a `conceptSearch` query's text, in bytes: the client's own cap on a `query`
-/// field (`metabob_wire::guard`, SPEC.md §Field kinds and caps), so whatever the client lets through
+/// field (`metabob_process::guard`, SPEC.md §Field kinds and caps), so whatever the client lets through
 /// the ledger searches, and the two cannot drift apart.
 // anchor: max_query_bytes
 pub fn max_query_bytes() -> usize {
-    metabob_wire::guard::field_rule("query").cap
+    metabob_wire::fields::field_rule("query").cap
 }
 
 /// The searchable words of query text: whitespace-separated words holding a letter or a digit.

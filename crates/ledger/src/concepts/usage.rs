@@ -8,8 +8,9 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::sql::{Row, Sql, args, json_text};
+use metabob_process::random::random_hex;
 use metabob_wire::finding::plain_concept_id;
-use metabob_wire::util::{random_hex, rfc3339_ms};
+use metabob_wire::text::rfc3339_ms;
 
 pub struct RecordUsage {
     concept_id: String,

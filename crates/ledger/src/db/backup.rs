@@ -66,7 +66,7 @@ pub fn backup(at: &Location, to: &Path) -> Result<BackupReport, LedgerError> {
     ));
     // Private from its first byte, as the ledger is: the copy holds every row. (A new empty
     // file is 0600 already, so a failure here leaves nothing behind.)
-    metabob_wire::util::private_file(&partial).map_err(|source| LedgerError::Io {
+    metabob_process::files::private_file(&partial).map_err(|source| LedgerError::Io {
         path: partial.clone(),
         source,
     })?;

@@ -8,7 +8,7 @@ use super::schema::migrate_sql;
 use super::{Budget, Writer, run_caught};
 use crate::errors::{ApiError, LedgerError, StoreError};
 use crate::sql::{PgConn, Sql};
-use metabob_wire::guard::redact_url_credentials;
+use metabob_process::guard::redact_url_credentials;
 
 /// How long opening a PostgreSQL connection may take before the ledger says it cannot.
 const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

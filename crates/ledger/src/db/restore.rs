@@ -77,7 +77,7 @@ pub fn restore(at: &Location, from: &Path) -> Result<RestoreReport, LedgerError>
         let path = path.to_path_buf();
         move |source| LedgerError::Io { path, source }
     };
-    metabob_wire::util::private_dir(data).map_err(io(data))?;
+    metabob_process::files::private_dir(data).map_err(io(data))?;
     let to = data.join(DB_FILE);
     if let (Ok(a), Ok(b)) = (from.canonicalize(), to.canonicalize())
         && a == b
@@ -185,7 +185,7 @@ fn copy_checked(from: &Path, partial: &Path) -> Result<(u64, i64), LedgerError> 
     };
     remove_with_sides(partial);
     // Private from its first byte, as the ledger is.
-    metabob_wire::util::private_file(partial).map_err(io(partial))?;
+    metabob_process::files::private_file(partial).map_err(io(partial))?;
     let mut src = std::fs::File::open(from).map_err(io(from))?;
     let mut dst = std::fs::OpenOptions::new()
         .write(true)

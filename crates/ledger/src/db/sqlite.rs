@@ -52,12 +52,12 @@ fn make_private(data: &Path) -> Result<(), LedgerError> {
         let path = path.to_path_buf();
         move |source| LedgerError::Io { path, source }
     };
-    metabob_wire::util::private_dir(data).map_err(io(data))?;
+    metabob_process::files::private_dir(data).map_err(io(data))?;
     let db = data.join(DB_FILE);
-    metabob_wire::util::private_file(&db).map_err(io(&db))?;
+    metabob_process::files::private_file(&db).map_err(io(&db))?;
     for side in SIDE_FILES {
         let path = data.join(format!("{DB_FILE}{side}"));
-        metabob_wire::util::tighten_if_present(&path).map_err(io(&path))?;
+        metabob_process::files::tighten_if_present(&path).map_err(io(&path))?;
     }
     Ok(())
 }

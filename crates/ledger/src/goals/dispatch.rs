@@ -11,12 +11,13 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::keys::{KeyIdentity, Scope};
+use metabob_process::guard::redact_url_credentials;
+use metabob_process::random::random_hex;
 use metabob_wire::depends::{MAX_BLOCKERS, RECORDED_LINE, is_task_id};
+use metabob_wire::fields::field_rule;
 use metabob_wire::finding::{Finding, FindingStatus, Severity};
-use metabob_wire::guard::{field_rule, redact_url_credentials};
 use metabob_wire::record::FindingDraft;
 use metabob_wire::repo_identity::{identity_of_origin, last_segment};
-use metabob_wire::util::random_hex;
 
 /// Most files one dispatched task names: each gets its own finding id, and the ids' header line
 /// must stay within its cap for every reader.
@@ -380,7 +381,13 @@ fn task_concept(
     let repository = identity_of_origin(&vars.origin);
     let name = last_segment(&repository).to_string();
     let pointer = draft
-        .into_new(repository, name, Some(operator.to_string()), session)
+        .into_new(
+            repository,
+            name,
+            Some(operator.to_string()),
+            session,
+            metabob_process::random::new_finding_id,
+        )
         .to_pointer();
     let empty = Map::new();
     let obj = pointer.as_object().unwrap_or(&empty);

@@ -10,8 +10,9 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::resolve::Answer;
-use metabob_wire::guard::field_rule;
-use metabob_wire::util::{random_hex, rfc3339_ms};
+use metabob_process::random::random_hex;
+use metabob_wire::fields::field_rule;
+use metabob_wire::text::rfc3339_ms;
 
 pub const VERDICTS: &[&str] = &["achieved", "not_achieved", "partial"];
 pub const LABELERS: &[&str] = &["automated", "human"];

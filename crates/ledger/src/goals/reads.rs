@@ -14,7 +14,7 @@ use crate::resolve::Answer;
 use metabob_wire::finding::Finding;
 use metabob_wire::header::find_line;
 use metabob_wire::refname::validate_ref;
-use metabob_wire::util::{rfc3339_ms, sha256_hex};
+use metabob_wire::text::{rfc3339_ms, sha256_hex};
 use metabob_wire::verdict::{Verdict, VerdictKind};
 
 /// The walk log's last lines a walk state carries.

@@ -7,7 +7,7 @@
 //! the holder's answer names the same beginning claim.
 
 use metabob_wire::claims;
-use metabob_wire::util::rfc3339_ms;
+use metabob_wire::text::rfc3339_ms;
 use metabob_wire::verdict::{Standing, Verdict, VerdictKind, standing};
 
 /// Longest reason or detail a log line or trace row carries, in characters.
@@ -169,7 +169,7 @@ pub struct Walk {
     pub outcome: Outcome,
 }
 
-pub use metabob_wire::util::one_line;
+pub use metabob_wire::text::one_line;
 
 /// `exec_` and the hex of the claim concept that began the span: stable for as long as the
 /// row exists, and readable back to that row.

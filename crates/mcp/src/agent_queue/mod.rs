@@ -8,8 +8,9 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use metabob_wire::env::Env;
-use metabob_wire::util::{now_ms, uuid_v4};
+use metabob_process::clock::now_ms;
+use metabob_process::env::Env;
+use metabob_process::random::uuid_v4;
 
 /// A question is markdown a person or agent reads; more than this is refused, not cut.
 pub const QUESTION_MAX_BYTES: usize = 64 * 1024;
@@ -708,7 +709,7 @@ impl Sidecar {
 fn expired(task: &Task) -> SidecarError {
     SidecarError::Expired {
         id: task.id.clone(),
-        at: metabob_wire::util::rfc3339_ms(task.deadline_ms),
+        at: metabob_wire::text::rfc3339_ms(task.deadline_ms),
     }
 }
 

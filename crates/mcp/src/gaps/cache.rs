@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::row::Gap;
 use metabob_net::attachment::{Attachment, ResolveError, Sending};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 use metabob_wire::row::read_rows;
 
 /// The store answers at most this many rows; an answer this long may have been cut.
@@ -168,6 +168,6 @@ async fn read(att: &Attachment, status: Status) -> Result<Snapshot, ResolveError
         truncated: rows.len() as u64 >= READ_LIMIT,
         gaps: read_rows(rows, "gap store", Gap::read),
         read_at: Instant::now(),
-        read_ms: metabob_wire::util::now_ms(),
+        read_ms: metabob_process::clock::now_ms(),
     })
 }

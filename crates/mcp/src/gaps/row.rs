@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use metabob_wire::row::{BadRow, MAX_TIME_MS};
-use metabob_wire::util::parse_rfc3339_ms;
+use metabob_wire::text::parse_rfc3339_ms;
 
 /// Longest id, category, route, holder or path kept from a row.
 const MAX_WORD: usize = 200;

@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use metabob_wire::env::Env;
+use metabob_process::clock::now_ms;
+use metabob_process::env::Env;
 use metabob_wire::finding::{FindingStatus, Severity};
-use metabob_wire::util::now_ms;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -169,11 +169,11 @@ pub(crate) fn open_sqlite(path: &Path, schema: &str) -> Result<Connection, OpenE
         path: path.to_path_buf(),
         source,
     };
-    metabob_wire::util::private_file(path).map_err(private)?;
+    metabob_process::files::private_file(path).map_err(private)?;
     for side in ["-wal", "-shm"] {
         let mut p = path.as_os_str().to_owned();
         p.push(side);
-        metabob_wire::util::tighten_if_present(Path::new(&p)).map_err(private)?;
+        metabob_process::files::tighten_if_present(Path::new(&p)).map_err(private)?;
     }
     let conn = Connection::open(path).map_err(OpenError::Sql)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
@@ -328,7 +328,7 @@ mod tests {
         let files: Vec<String> = files.iter().map(|f| f.to_string()).collect();
         let ids: Vec<String> = files
             .iter()
-            .map(|_| metabob_wire::finding::new_finding_id())
+            .map(|_| metabob_process::random::new_finding_id())
             .collect();
         s.insert(&NewSeeds {
             workspace: ws,

@@ -14,9 +14,9 @@ use super::{CallResult, Reply};
 use crate::agent_queue::{Answer, Outcome, Resolution, Sidecar, Task, queue_vessel, sidecar_path};
 use crate::ctx::{Ctx, Here};
 use metabob_net::attachment::{Attachment, ResolveError, Sending};
-use metabob_wire::env::Env;
+use metabob_process::clock::now_ms;
+use metabob_process::env::Env;
 use metabob_wire::report;
-use metabob_wire::util::now_ms;
 
 /// The shape an answer goes back to goal-host as.
 const SHAPE: &str = "solicitationResponse_write";

@@ -13,7 +13,8 @@ use crate::gaps::{
     Gap, Layout, PathReport, Relation, Snapshot, State, Status, names_vessel, on_file,
 };
 use metabob_net::attachment::ResolveError;
-use metabob_wire::util::{now_ms, rfc3339_ms};
+use metabob_process::clock::now_ms;
+use metabob_wire::text::rfc3339_ms;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ActivityArgs {

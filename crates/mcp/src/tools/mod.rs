@@ -19,8 +19,8 @@ use super::calllog::{Entry, Via};
 use super::ctx::{Ctx, Here};
 use super::schema::{schema_of, validate};
 use metabob_net::attachment::{Attachment, GateRefusal, ResolveError};
+use metabob_process::guard::describe_args_for_log;
 use metabob_wire::claims::ClaimWord;
-use metabob_wire::guard::describe_args_for_log;
 
 /// How a call ended, for the call log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,7 +249,7 @@ pub fn spec(name: &str) -> Option<&'static ToolSpec> {
 /// The line for a tool name that is not served (anchor: unknown_tool), with the closest served
 /// name when one is near enough to be a typo, as clap does for commands.
 pub fn unknown_tool(name: &str) -> String {
-    let shown = metabob_wire::util::one_line(name, 60);
+    let shown = metabob_wire::text::one_line(name, 60);
     let near = TOOLS
         .iter()
         .map(|t| (edit_distance(name, t.name), t.name))
@@ -302,7 +302,7 @@ pub async fn call(
         // Every answer reaches an agent's context or a shell: no credential in it, whatever
         // the tool read (a configured URL, a row, an error).
         r = gated(ctx, name, args) => Some(Reply {
-            text: metabob_wire::guard::redact_url_credentials(&r.text),
+            text: metabob_process::guard::redact_url_credentials(&r.text),
             ..r
         }),
         _ = cancelled => {

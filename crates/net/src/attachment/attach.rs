@@ -8,8 +8,9 @@ use super::state::*;
 use crate::config::{AnchorSource, Config};
 use crate::url::Scheme;
 use crate::{NetCause, NetClient, NetError, Request, Response, Retry, Url};
+use metabob_process::clock::now_ms;
 use metabob_wire::report::{Hint, with_hint};
-use metabob_wire::util::{now_ms, rfc3339_ms};
+use metabob_wire::text::rfc3339_ms;
 
 const BOOTSTRAP_BUDGET: Duration = Duration::from_secs(5);
 const IDENTITY_DIAL_BUDGET: Duration = Duration::from_secs(2);

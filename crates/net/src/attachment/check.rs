@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use super::{Attachment, AttachmentState, ClientClaim};
 use crate::config::{self, Config};
 use crate::{NetClient, Url};
-use metabob_wire::env::Env;
-use metabob_wire::guard::Guard;
+use metabob_process::env::Env;
+use metabob_process::guard::Guard;
 use metabob_wire::report::with_hint;
 
 /// The read that proves discovery serves this key.
@@ -206,7 +206,7 @@ pub fn render_text(r: &CheckReport) -> String {
     }
     line(&mut out, "proxy", &proxy);
     line(&mut out, "tls", &r.tls);
-    let status = metabob_wire::util::wire_name(&s.bootstrap.status);
+    let status = metabob_wire::text::wire_name(&s.bootstrap.status);
     let boot = match (&s.bootstrap.identity_endpoint, &s.bootstrap.detail) {
         (Some(i), _) => format!("{status}: advertises identity {i}"),
         (None, Some(d)) => format!("{status}: {d}"),
@@ -219,7 +219,7 @@ pub fn render_text(r: &CheckReport) -> String {
         &format!(
             "{} (source {}; advertised {}; tried [{}])",
             s.identity.endpoint.as_deref().unwrap_or("none"),
-            metabob_wire::util::wire_name(&s.identity.source),
+            metabob_wire::text::wire_name(&s.identity.source),
             s.identity.advertised.as_deref().unwrap_or("none"),
             s.identity.tried.join(", ")
         ),
@@ -243,7 +243,7 @@ pub fn render_text(r: &CheckReport) -> String {
     } else if s.auth.status == super::AuthStatus::Pending {
         "not run".into()
     } else {
-        metabob_wire::util::wire_name(&s.auth.status)
+        metabob_wire::text::wire_name(&s.auth.status)
     };
     line(&mut out, "org check", &org);
     let resolve = match &r.resolve {

@@ -5,8 +5,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use metabob_wire::env::Env;
-use metabob_wire::util::{sha256_hex, uuid_v4};
+use metabob_process::env::Env;
+use metabob_process::random::uuid_v4;
+use metabob_wire::text::sha256_hex;
 
 /// The stable identity of this key in this workspace: `VESSEL_ID`, else
 /// `metabob-mcp-<12 hex of sha256(key + workspace)>`; `None` with neither (anchor: vessel_id).

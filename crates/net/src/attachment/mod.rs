@@ -20,9 +20,10 @@ pub use state::{AttachmentState, AuthStatus, Body, Cause, NoBootstrap, NotSubstr
 
 use crate::NetClient;
 use crate::config::Config;
-use metabob_wire::guard::Guard;
+use metabob_process::clock::now_ms;
+use metabob_process::guard::Guard;
 use metabob_wire::report::{self, Hint};
-use metabob_wire::util::{now_ms, rfc3339_ms};
+use metabob_wire::text::rfc3339_ms;
 
 /// Background re-attach delays after a transient failure; the last one repeats.
 const REATTACH_DELAYS: [Duration; 6] = [

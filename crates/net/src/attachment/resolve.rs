@@ -99,7 +99,7 @@ pub enum ResolveError {
     Untyped,
     /// The backstop found a known secret in a composed write: nothing was sent.
     #[error(transparent)]
-    Outgoing(#[from] metabob_wire::guard::GuardRefusal),
+    Outgoing(#[from] metabob_process::guard::GuardRefusal),
     /// The producer answered, but not with what the caller asked for.
     #[error("{shape} answered HTTP {status}: {said}")]
     Answer {

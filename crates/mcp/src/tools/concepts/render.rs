@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::ContentMode;
+use metabob_wire::fields::field_rule;
 use metabob_wire::finding::plain_concept_id;
-use metabob_wire::guard::field_rule;
-use metabob_wire::util::parse_rfc3339_ms;
+use metabob_wire::text::parse_rfc3339_ms;
 
 /// Characters a preview shows at most, before it is cut back to a line boundary.
 pub const PREVIEW_CHARS: usize = 700;

@@ -239,7 +239,7 @@ async fn record_usage(here: &Here<'_>, a: RecordUsageArgs) -> Result<Reply, Repl
     let id = required_id(TOOL, "concept_id", &a.concept_id)?;
     let trace = match a.trace_id.as_deref().map(str::trim) {
         Some(t) if !t.is_empty() => t.to_string(),
-        _ => format!("mcp:{}", metabob_wire::util::uuid_v4()),
+        _ => format!("mcp:{}", metabob_process::random::uuid_v4()),
     };
     let mut data = json!({"concept_id": id, "trace_id": trace, "outcome": a.outcome});
     for (k, v) in [("activity_id", &a.activity_id), ("task_id", &a.task_id)] {

@@ -8,7 +8,7 @@ use metabob_wire::claims::{
     ClaimAction, ClaimOutcome, ClaimWord, DEFAULT_CLAIM_MINUTES, Held, lapses_at,
 };
 use metabob_wire::depends::blocked_line;
-use metabob_wire::util::rfc3339_ms;
+use metabob_wire::text::rfc3339_ms;
 
 pub async fn claim_finding(ctx: &Ctx, here: &Here<'_>, a: ClaimArgs) -> Reply {
     let (s, ws) = (here.session, here.ws());
@@ -46,7 +46,7 @@ pub async fn claim_finding(ctx: &Ctx, here: &Here<'_>, a: ClaimArgs) -> Reply {
     if action == ClaimAction::Claim
         && let Some(view) = &named.view
         && view
-            .holder(&finding, metabob_wire::util::now_ms())
+            .holder(&finding, metabob_process::clock::now_ms())
             .is_none_or(|h| h.holder != me)
     {
         let waits = view.open_blockers(&finding);

@@ -13,7 +13,7 @@ use metabob_cell::ledger::verdict;
 use metabob_git::Repo;
 use metabob_wire::finding::Finding;
 use metabob_wire::report;
-use metabob_wire::util::rfc3339_ms;
+use metabob_wire::text::rfc3339_ms;
 use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 
 pub async fn mark_complete(ctx: &Ctx, here: &Here<'_>, a: MarkArgs) -> Reply {
@@ -145,7 +145,7 @@ fn claim_note(named: &Named, finding: &Finding, me: Option<&str>, closes: bool) 
     let Some(h) = named
         .view
         .as_ref()
-        .and_then(|v| v.holder(finding, metabob_wire::util::now_ms()))
+        .and_then(|v| v.holder(finding, metabob_process::clock::now_ms()))
         .filter(|h| Some(h.holder.as_str()) != me)
     else {
         return String::new();

@@ -14,7 +14,7 @@ use metabob_net::attachment::Attachment;
 use metabob_wire::claims::{Held, lapses_at};
 use metabob_wire::depends::blocked_line;
 use metabob_wire::finding::{Finding, Severity};
-use metabob_wire::util::rfc3339_ms;
+use metabob_wire::text::rfc3339_ms;
 use metabob_wire::verdict::{Pending, Standing, Verdict, VerdictKind};
 
 /// Retires this machine's seeds of every finding the recall shows closed (anchor:
@@ -57,7 +57,7 @@ fn overlaps(seed_groups: &[&Seed], all: &[Seed], r: &Recalled) -> bool {
 /// The tag a recalled open finding carries: a live claim, a pending fix.
 fn tags(view: &LedgerView, f: &Finding, me: Option<&str>) -> String {
     let mut out = String::new();
-    if let Some(h) = view.holder(f, metabob_wire::util::now_ms()) {
+    if let Some(h) = view.holder(f, metabob_process::clock::now_ms()) {
         let until = rfc3339_ms(lapses_at(&h));
         if Some(h.holder.as_str()) == me {
             let _ = write!(out, " [claimed by this checkout until {until}]");
@@ -442,7 +442,7 @@ fn render_tasks(
     all: &[Seed],
     me: Option<&str>,
 ) {
-    let now = metabob_wire::util::now_ms();
+    let now = metabob_process::clock::now_ms();
     let rank = |r: &Recalled| {
         let pending = matches!(view.standing(&r.finding), Standing::Pending { .. });
         match view.holder(&r.finding, now) {

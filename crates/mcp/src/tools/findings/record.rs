@@ -56,6 +56,7 @@ pub async fn record_finding(ctx: &Ctx, here: &Here<'_>, a: RecordArgs) -> Reply 
         name,
         s.vessel.clone(),
         s.att.claim().session.clone(),
+        metabob_process::random::new_finding_id,
     );
     let seeds = match store.insert(&NewSeeds {
         workspace: &ws_key,

@@ -13,7 +13,7 @@ use crate::ctx::{Ctx, Here};
 use crate::tools::inspect::{FIELD_CHARS, clean, text};
 use crate::tools::{CallResult, Reply, attached, resolve_failed};
 use metabob_net::attachment::{Attachment, ResolveError, Resolved, Sending};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 const DISPATCH: &str = "goalDispatchAsync";
 

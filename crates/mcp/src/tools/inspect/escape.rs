@@ -11,7 +11,7 @@ use super::{FIELD_CHARS, ImpulseArgs, clean};
 use crate::ctx::{Ctx, Here};
 use crate::tools::{Outcome, Reply, attached, resolve_failed};
 use metabob_net::attachment::{Resolved, Sending};
-use metabob_wire::env::Env;
+use metabob_process::env::Env;
 
 const TOOL: &str = "resolve_impulse";
 

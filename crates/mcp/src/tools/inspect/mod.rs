@@ -55,8 +55,8 @@ pub struct ImpulseArgs {
 /// Longest string a producer's field may print as; longer ones are cut with `…`.
 pub(crate) const FIELD_CHARS: usize = 200;
 
-/// A producer's field on one line, cut (the one owner is `util::one_line`).
-pub(crate) use metabob_wire::util::one_line as clean;
+/// A producer's field on one line, cut (the one owner is `text::one_line`).
+pub(crate) use metabob_wire::text::one_line as clean;
 
 /// `n` malformed things skipped, as a reply says it.
 fn skipped(n: usize, one: &str, many: &str) -> String {

@@ -10,7 +10,7 @@ use super::{FIELD_CHARS, RegistryArgs, RegistryMode, clean, first_text, skipped,
 use crate::ctx::{Ctx, Here};
 use crate::tools::{Reply, attached, resolve_failed};
 use metabob_net::attachment::{Attachment, ResolveError};
-use metabob_wire::guard::redact_url_credentials;
+use metabob_process::guard::redact_url_credentials;
 
 const TOOL: &str = "registry_query";
 /// Most vessels read from one answer; a registry larger than this is cut and says so.

@@ -10,7 +10,7 @@ use super::{FIELD_CHARS, TraceArgs, clean, first_text, skipped, text};
 use crate::ctx::{Ctx, Here};
 use crate::tools::{Reply, attached, resolve_failed};
 use metabob_net::attachment::{Attachment, ResolveError};
-use metabob_wire::util::parse_rfc3339_ms;
+use metabob_wire::text::parse_rfc3339_ms;
 
 const TOOL: &str = "execution_trace";
 pub(crate) const LIST: &str = "executionTraceList";

@@ -61,12 +61,12 @@ async fn index_workspace(ctx: &Ctx, ws: &Path, opts: IndexOptions) -> Result<Ind
         let terminal = std::io::stderr().is_terminal();
         let mut progress = |done: usize, total: usize| {
             if terminal {
-                metabob_wire::err!("\rindexing: {done}/{total} files");
+                metabob_process::err!("\rindexing: {done}/{total} files");
             }
         };
         let report = index.run_with(&opts, INDEX_BUDGET, &stopped, &mut progress)?;
         if terminal {
-            metabob_wire::errln!("\rindexing: {} files parsed", report.files_parsed);
+            metabob_process::errln!("\rindexing: {} files parsed", report.files_parsed);
         }
         let saved = match (&cache, report.complete && !reused) {
             (Some(path), true) => Some(index.save(path).map_err(|e| e.to_string())),

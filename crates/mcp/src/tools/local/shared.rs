@@ -139,7 +139,7 @@ pub fn seed_line(s: &Seed) -> String {
 
 /// "3 min ago", "2 d ago".
 pub fn age(ms: i64) -> String {
-    let secs = ((metabob_wire::util::now_ms() - ms).max(0) / 1000) as u64;
+    let secs = ((metabob_process::clock::now_ms() - ms).max(0) / 1000) as u64;
     match secs {
         s if s < 60 => "just now".into(),
         s if s < 3600 => format!("{} min ago", s / 60),

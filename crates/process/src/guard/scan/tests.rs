@@ -131,7 +131,7 @@ fn each_token_pattern_fires_on_a_real_shape() {
         (format!("rk_live_{}", rand_alnum(24)), SecretKind::StripeKey),
         (format!("sk-proj-{}7", rand_alnum(48)), SecretKind::SkApiKey),
         (
-            format!("mb_live_{}", crate::util::random_hex(16)),
+            format!("mb_live_{}", crate::random::random_hex(16)),
             SecretKind::MetabobKey,
         ),
         ("AKIA2E0A8F3B244C9986".to_string(), SecretKind::AwsAccessKey),

@@ -63,7 +63,7 @@ fn file_values(path: &Path) -> Vec<String> {
         }
     }
     // A credentials file is small; a huge or endless one is read as holding nothing.
-    let Ok(text) = crate::util::read_bounded(path, 1 << 20) else {
+    let Ok(text) = crate::files::read_bounded(path, 1 << 20) else {
         return Vec::new();
     };
     let is_netrc = path.file_name().is_some_and(|n| n == ".netrc");

@@ -84,7 +84,7 @@ impl From<&'static str> for Corruption {
 
 /// The bytes at `path`, at most `max` (a larger file was not written by us and is not read).
 pub fn read(path: &Path, max: u64) -> Result<Vec<u8>, Unusable> {
-    crate::util::read_bounded_bytes(path, max).map_err(|e| match e.kind() {
+    crate::files::read_bounded_bytes(path, max).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Unusable::Missing,
         _ => Unusable::unreadable(e),
     })
@@ -105,5 +105,5 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], expected: u32) -> Result<T, Unu
 /// user alone.
 pub fn write<T: serde::Serialize>(path: &Path, doc: &T) -> std::io::Result<()> {
     let bytes = postcard::to_stdvec(doc).map_err(std::io::Error::other)?;
-    crate::util::write_atomic(path, &bytes, Some(0o600))
+    crate::files::write_atomic(path, &bytes, Some(0o600))
 }

@@ -1,75 +1,8 @@
-//! Small shared helpers: time, ids, atomic file writes.
+//! Files this process writes and reads for itself: whole and atomic, private to this user,
+//! and bounded when read, so a huge or endless file is refused rather than cut.
 
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// RFC 3339 with milliseconds, UTC. A time past year 9999 has no RFC 3339 form and is shown as
-/// the last one that does: rows are bounded when read, so only arithmetic on a bound value
-/// gets here, and formatting never panics.
-pub fn rfc3339_ms(ms: i64) -> String {
-    let ms = ms.clamp(0, crate::row::MAX_TIME_MS);
-    let t = UNIX_EPOCH + Duration::from_millis(ms as u64);
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
-/// Parses RFC 3339 back to epoch milliseconds; `None` for anything else.
-pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
-    let t = humantime::parse_rfc3339_weak(s).ok()?;
-    Some(t.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64)
-}
-
-/// A duration as people write it (`90s`, `30m`, `24h`, `7days`, `1h 30m`); `None` for anything
-/// else.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    humantime::parse_duration(s.trim()).ok()
-}
-
-/// `n` random bytes as lowercase hex.
-pub fn random_hex(n: usize) -> String {
-    let mut buf = vec![0u8; n];
-    getrandom::fill(&mut buf)
-        .expect("the OS random source is available on every supported platform");
-    hex(&buf)
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
-
-pub fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    hex(&sha2::Sha256::digest(data))
-}
-
-/// A version-4 UUID, for session ids.
-pub fn uuid_v4() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the OS random source is available on every supported platform");
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex(&b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
 
 /// Writes a file so that a reader sees the old content or the new, never a torn one:
 /// temp file in the same directory, fsync, rename. `mode` applies on Unix.
@@ -82,7 +15,7 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> std::io::Res
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        random_hex(4)
+        crate::random::random_hex(4)
     ));
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
@@ -184,12 +117,6 @@ fn tighten(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-pub fn random_u16() -> u16 {
-    let mut b = [0u8; 2];
-    getrandom::fill(&mut b).expect("the OS random source is available on every supported platform");
-    u16::from_le_bytes(b)
-}
-
 /// Reads a file of at most `max` bytes; a larger one (or an endless one such as `/dev/zero`)
 /// is refused whole, never cut, after reading one byte past the bound.
 pub fn read_bounded_bytes(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
@@ -213,41 +140,4 @@ pub fn read_bounded_bytes(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<String> {
     String::from_utf8(read_bounded_bytes(path, max)?)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
-}
-
-/// `s` made safe to print on one line (anchor: one_line): control characters (newlines
-/// included) become spaces and it is cut at `max` characters with `…`, so a hostile field can
-/// neither forge lines of a reply nor flood it.
-pub fn one_line(s: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (i, c) in s.trim().chars().enumerate() {
-        if i == max {
-            out.push('…');
-            break;
-        }
-        out.push(if c.is_control() { ' ' } else { c });
-    }
-    out
-}
-
-/// A unit enum variant's wire name, as its serde attributes spell it (anchor: wire_name): the
-/// one vocabulary the JSON, SPEC, the policy file and every sentence for people share, so a
-/// `Display` never shows a Rust type's own name.
-pub fn wire_name<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-/// `Display` for unit enums through [`wire_name`].
-#[macro_export]
-macro_rules! display_as_wire_name {
-    ($($t:ty),+ $(,)?) => {$(
-        impl std::fmt::Display for $t {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(&$crate::util::wire_name(self))
-            }
-        }
-    )+};
 }
