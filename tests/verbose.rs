@@ -94,6 +94,8 @@ fn every_command_prints_the_cause_chain_of_its_failure_with_v() {
                 &task,
                 "--work-dir",
                 &work,
+                "--claim-minutes",
+                "abc",
             ],
         ),
         (

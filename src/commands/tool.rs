@@ -64,6 +64,7 @@ pub async fn run(args: ToolArgs, env: Env) -> CliResult {
             let value: serde_json::Value = serde_json::from_str(&args).map_err(|e| {
                 CliError::failure(format!("--args is not JSON ({e})"))
                     .hint("pass an object such as '{\"query\": \"parse\"}'")
+                    .because(e)
             })?;
             if !value.is_object() {
                 return Err(
