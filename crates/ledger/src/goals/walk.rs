@@ -53,6 +53,8 @@ pub struct Event {
     pub kind: EventKind,
     pub holder: String,
     pub at_ms: i64,
+    /// The row's own words as the trace shows them (its JSON `detail`): data read from the
+    /// ledger, not the text of an error, so there is no source to keep.
     pub detail: String,
 }
 
