@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::support::{Output, TestEnv, closed_port};
+use crate::support::{Output, TestEnv, closed_port, normalize};
 
 /// The leaf commands with no failure of their own to chain, each with why.
 const NO_CHAIN: &[(&str, &str)] = &[
@@ -215,6 +215,7 @@ fn every_command_prints_the_cause_chain_of_its_failure_with_v() {
     );
 
     let mut missing_chains = Vec::new();
+    let mut screen = String::new();
     for (i, (command, args)) in cases.iter().enumerate() {
         // Before the command and after it, as every global flag may stand.
         let mut verbose: Vec<&str> = args.clone();
@@ -236,6 +237,12 @@ fn every_command_prints_the_cause_chain_of_its_failure_with_v() {
                 "{command}: {out:?}"
             );
         }
+        screen.push_str(&format!(
+            "$ metabob-mcp {}\n{line}\n{}\n[exit {}]\n\n",
+            verbose.join(" "),
+            chain.join("\n"),
+            out.code
+        ));
         let quiet = env.run(args);
         assert_eq!(quiet.code, out.code, "{command}: {quiet:?}");
         assert_eq!(
@@ -250,4 +257,6 @@ fn every_command_prints_the_cause_chain_of_its_failure_with_v() {
         missing_chains.join("\n")
     );
     drop(holder);
+    // The whole screen: what an operator sees of each command's chain.
+    insta::assert_snapshot!("chains", normalize(&screen, &env));
 }

@@ -19,17 +19,25 @@ pub enum Unhealthy {
         url: String,
         source: metabob_net::UrlError,
     },
-    #[error(
-        "{url}/health did not answer: {}",
-        metabob_wire::report::with_hint(cause)
-    )]
-    NoAnswer { url: String, cause: NetCause },
+    #[error("{url}/health did not answer: {cause}")]
+    NoAnswer {
+        url: String,
+        #[source]
+        cause: NetCause,
+    },
     #[error("{url}/health answered HTTP {status}, not the ledger's {{\"status\":\"ok\"}}")]
     NotOk { url: String, status: u16 },
 }
 
-/// No advice of its own: the line names the URL and what it did.
-impl metabob_wire::report::Hint for Unhealthy {}
+/// No advice of its own: the line names the URL and what it did; the network's cause brings its.
+impl metabob_wire::report::Hint for Unhealthy {
+    fn hint(&self) -> Option<String> {
+        match self {
+            Unhealthy::NoAnswer { cause, .. } => cause.hint(),
+            Unhealthy::BadUrl { .. } | Unhealthy::NotOk { .. } => None,
+        }
+    }
+}
 
 /// What a healthy ledger said.
 #[derive(Debug)]

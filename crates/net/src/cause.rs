@@ -1,7 +1,8 @@
 //! The named network causes: one variant per way the network can fail a request, each printed
 //! as a single line that begins with its token so every surface carries the same words. What a
 //! person can do about a cause is its [`Hint`], apart from the line, except for
-//! `proxy_auth_required`, whose advice SPEC.md §Named network causes makes part of the line.
+//! `proxy_auth_required`, whose advice is part of the line
+//! (SPEC.md §Named network causes).
 
 use std::fmt;
 
@@ -197,8 +198,8 @@ impl fmt::Display for NetCause {
                     schemes.join(", ")
                 };
                 write!(f, "{t}({list}): ")?;
-                // SPEC.md §Named network causes words the way out of a login the proxy wants
-                // into the line itself: which way it is, is the cause.
+                // The way out of a login the proxy wants is in the line itself: which way it is,
+                // is the cause (SPEC.md §Named network causes).
                 let basic = schemes.iter().any(|s| s.eq_ignore_ascii_case("basic"));
                 if basic && *had_credentials {
                     f.write_str("the proxy rejected the credentials in the proxy URL")

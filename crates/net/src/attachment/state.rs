@@ -8,7 +8,8 @@ use crate::config::{AnchorSource, Missing};
 use crate::{NetCause, Portal, ProxyDiagnosis, Response};
 use metabob_wire::report::Hint;
 
-/// Why keyed calls are refused. `Display` is the line SPEC.md §Named causes gives each cause,
+/// Why keyed calls are refused. `Display` is the line the named-causes table gives each cause
+/// (SPEC.md §Named causes),
 /// and the [`Hint`] what to do about it where that table leaves the advice out of the line; a
 /// refusal carries both ([`metabob_wire::report::with_hint`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -159,8 +160,8 @@ impl fmt::Display for Cause {
                     NoBootstrap::Net(n) => write!(f, " — {n}")?,
                     NoBootstrap::Status(status) => write!(f, " (answered HTTP {status})")?,
                 }
-                // Nothing listens there: most often no ledger was started yet. SPEC.md §Named
-                // causes makes how to start one part of this line.
+                // Nothing listens there: most often no ledger was started yet, so how to start
+                // one is part of this line (SPEC.md §Named causes).
                 if matches!(
                     why,
                     NoBootstrap::Net(
@@ -213,7 +214,7 @@ impl fmt::Display for Cause {
                  {status}). Use a key \
                  of this substrate (`metabob-mcp ledger key create` on a local ledger)"
             ),
-            // SPEC.md §Named causes: the line names both addresses and what to set.
+            // The line names both addresses and what to set (SPEC.md §Named causes).
             Cause::IdentityInsecure {
                 discovery,
                 advertised,
