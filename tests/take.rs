@@ -461,3 +461,80 @@ fn findings_on_files_is_bounded_and_answers_only_the_keys_org() {
         assert!(v.to_string().contains(says), "{v}");
     }
 }
+
+/// Records a task of `repo` on `file` straight through the substrate; its concept id.
+fn record_raw_task(w: &World, repo: &str, file: &str, severity: &str, n: usize) -> String {
+    let content = format!(
+        "repo: {repo}\nfiles: {file}\nseverity: {severity}\ncategory: task\nstatus: open\nfinding_ids: agf_{n:016x}\n\nstep {n}"
+    );
+    let (status, v) = w.ledger.resolve(
+        &w.key,
+        json!({"type": "concept_create_write", "conceptData": {
+            "content": content, "summary": format!("[{severity}][task] {file}: step {n}"),
+            "shape": "code_finding", "source_type": "metabob_annotation"}}),
+    );
+    assert_eq!(status, 201, "{v}");
+    v["concept"]["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_repository_take_pages_past_held_tasks_hands_each_out_once_and_most_severe_first() {
+    let w = world(&[]);
+    let app = "example.test/o/app";
+    // Three pages of the repository's tasks and one more, a super-repo's task on the app's
+    // vessel directory (an alias), and another repository's, which no take of the app hands out.
+    let mut mine: Vec<String> = (0..200)
+        .map(|n| record_raw_task(&w, app, &format!("m{n}.py"), "HIGH", n))
+        .collect();
+    mine.push(record_raw_task(
+        &w,
+        "example.test/o/super",
+        "repos/App/v.py",
+        "HIGH",
+        900,
+    ));
+    let other = record_raw_task(&w, "example.test/o/other", "o.py", "CRITICAL", 901);
+    let urgent = record_raw_task(&w, app, "u.py", "CRITICAL", 902);
+    mine.push(urgent.clone());
+
+    let take = |vessel: &str| {
+        let (status, v) = w.ledger.resolve(
+            &w.key,
+            json!({"type": "taskTake_write", "take": {
+                "repository": app, "vessel_id": vessel, "session": "s", "claim_minutes": 30}}),
+        );
+        assert_eq!(status, 200, "{v}");
+        v
+    };
+    let mut taken: Vec<String> = Vec::new();
+    for i in 0.. {
+        let v = take(&format!("cell-{i}"));
+        let Some(id) = v["taken"]["concept_id"].as_str() else {
+            // Nothing left: every task is held, and those whose claims end first are named.
+            let waiting = v["waiting"].as_array().unwrap();
+            assert_eq!(waiting.len(), 50, "{v}");
+            let lapses: Vec<i64> = waiting
+                .iter()
+                .map(|t| t["held"]["until_ms"].as_i64().unwrap())
+                .collect();
+            assert!(lapses.is_sorted(), "{lapses:?}");
+            break;
+        };
+        assert_eq!(v["taken"]["outcome"], "claimed", "{v}");
+        taken.push(id.to_string());
+    }
+    // The critical task first, whatever its age; each task once; the other repository's never.
+    assert_eq!(taken[0], urgent);
+    let mut sorted = taken.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), taken.len(), "a task was handed out twice");
+    mine.sort();
+    assert_eq!(sorted, mine);
+    assert!(!taken.contains(&other));
+
+    // A cell that holds one resumes it first: its own task, renewed, not a new one.
+    let v = take("cell-120");
+    assert_eq!(v["taken"]["concept_id"], taken[120].as_str(), "{v}");
+    assert_eq!(v["taken"]["outcome"], "renewed", "{v}");
+}

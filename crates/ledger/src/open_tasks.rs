@@ -12,9 +12,10 @@ use serde_json::Value;
 use super::concepts::load_concept;
 use super::errors::ApiError;
 use super::goals::store::task_rows;
-use super::sql::{Sql, args};
+use super::sql::{Row, Sql, args};
 use metabob_wire::claims::{self, Held};
 use metabob_wire::finding::{FINDING_SHAPE, Finding, Severity};
+use metabob_wire::repo_identity::finding_keys;
 use metabob_wire::verdict::{Standing, VERDICT_SHAPE, Verdict, standing};
 
 // anchor: open-tasks-schema
@@ -41,7 +42,28 @@ CREATE INDEX IF NOT EXISTS open_tasks_by_seq ON open_tasks(org_id, seq);
 /// them.
 pub const SCHEMA_V5: &str = "ALTER TABLE open_tasks ADD COLUMN summary TEXT NOT NULL DEFAULT '';\n";
 
-/// The most open tasks one take looks through, oldest first: far more than a fleet keeps open,
+/// Version 8: each open task filed under its repository's keys (anchor: open-task-keys), with
+/// its severity's rank, its age and when the claim the index saw holding it lapses, so that a
+/// take reads its repository's free tasks in order, a page at a time, off one index range
+/// whatever else the org has open; and the tasks a claimer holds, by holder.
+pub const SCHEMA_V8: &str = r#"
+CREATE TABLE IF NOT EXISTS open_task_keys (
+    org_id      TEXT NOT NULL,
+    repo_key    TEXT NOT NULL,
+    concept_id  TEXT NOT NULL,
+    rank        INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,
+    -- The holder's claim lapses then (skew allowance included); NULL when the index saw none.
+    lapses      INTEGER,
+    PRIMARY KEY (org_id, concept_id, repo_key)
+);
+CREATE INDEX IF NOT EXISTS open_task_keys_by_order
+    ON open_task_keys(org_id, repo_key, rank, seq, lapses);
+CREATE INDEX IF NOT EXISTS open_task_keys_by_lapse ON open_task_keys(org_id, repo_key, lapses);
+CREATE INDEX IF NOT EXISTS open_tasks_by_holder ON open_tasks(org_id, holder);
+"#;
+
+/// The most open tasks one take or ready list looks through: far more than a fleet keeps open,
 /// and a bound on a take's work whatever an org wrote.
 pub const MAX_SCANNED: i64 = 10_000;
 
@@ -75,6 +97,7 @@ pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiErr
                         &f.summary,
                     ],
                 )?;
+                file_keys(conn, org, &f.concept_id, &f, seq)?;
             }
         }
         Some(VERDICT_SHAPE) => {
@@ -85,6 +108,24 @@ pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiErr
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// Files an indexed task under its repository's keys ([`finding_keys`]), free of any holder.
+fn file_keys(
+    conn: Sql<'_>,
+    org: &str,
+    concept_id: &str,
+    f: &Finding,
+    seq: i64,
+) -> Result<(), ApiError> {
+    for key in finding_keys(f.repo.as_deref().unwrap_or_default(), &f.files) {
+        conn.execute(
+            "INSERT INTO open_task_keys (org_id, repo_key, concept_id, rank, seq)
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+            args![org, &key, concept_id, f.severity as i64, seq],
+        )?;
     }
     Ok(())
 }
@@ -138,10 +179,12 @@ fn refresh(conn: Sql<'_>, org: &str, task: &Finding) -> Result<(), ApiError> {
         standing(&rows),
         Standing::Closed { .. } | Standing::Pending { .. }
     ) {
-        conn.execute(
-            "DELETE FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
-            args![org, &task.concept_id],
-        )?;
+        for table in ["open_tasks", "open_task_keys"] {
+            conn.execute(
+                &format!("DELETE FROM {table} WHERE org_id = ?1 AND concept_id = ?2"),
+                args![org, &task.concept_id],
+            )?;
+        }
         return Ok(());
     }
     // Who holds it now, and until when: the holder rule's answer changes only with the rows,
@@ -158,6 +201,10 @@ fn refresh(conn: Sql<'_>, org: &str, task: &Finding) -> Result<(), ApiError> {
             held.as_ref().map(|h| h.until_ms),
             held.as_ref().map(|h| h.concept_id.as_str()),
         ],
+    )?;
+    conn.execute(
+        "UPDATE open_task_keys SET lapses = ?3 WHERE org_id = ?1 AND concept_id = ?2",
+        args![org, &task.concept_id, held.as_ref().map(claims::lapses_at)],
     )?;
     Ok(())
 }
@@ -199,39 +246,167 @@ pub struct OpenTask {
     /// A blocker holds it back (SPEC.md §Dependencies): the dependency index's count, kept in
     /// this index's own row.
     pub blocked: bool,
+    /// Its age: the order of its row among the org's.
+    pub seq: i64,
+}
+
+/// The columns [`OpenTask::read`] reads, of `open_tasks` as `o`.
+macro_rules! task_columns {
+    () => {
+        "o.concept_id, o.task_id, o.severity, o.repo, o.files, o.summary,
+         o.holder, o.held_since, o.held_until, o.held_claim, o.blocked, o.seq"
+    };
+}
+const TASK_COLUMNS: &str = task_columns!();
+
+/// [`free_page`]'s query.
+pub const FREE_PAGE: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM open_task_keys k
+       JOIN open_tasks o ON o.org_id = k.org_id AND o.concept_id = k.concept_id
+       WHERE k.org_id = ?1 AND k.repo_key = ?2 AND (k.rank, k.seq) > (?3, ?4)
+         AND (k.lapses IS NULL OR k.lapses <= ?5) AND o.blocked = 0
+       ORDER BY k.rank, k.seq LIMIT ?6"
+);
+
+impl OpenTask {
+    fn read(r: &Row<'_>) -> Result<OpenTask, ApiError> {
+        let severity: String = r.get(2)?;
+        let files: String = r.get(4)?;
+        let held = match r.get::<Option<String>>(6)? {
+            Some(holder) => Some(Held {
+                holder,
+                began_ms: r.get(7)?,
+                until_ms: r.get(8)?,
+                concept_id: r.get(9)?,
+            }),
+            None => None,
+        };
+        Ok(OpenTask {
+            concept_id: r.get(0)?,
+            task_id: r.get(1)?,
+            severity: severity.parse().unwrap_or(Severity::Info),
+            repo: r.get(3)?,
+            files: serde_json::from_str(&files).unwrap_or_default(),
+            summary: r.get(5)?,
+            held,
+            blocked: r.get::<i64>(10)? > 0,
+            seq: r.get(11)?,
+        })
+    }
 }
 
 /// The org's indexed open tasks, oldest first; at most [`MAX_SCANNED`]. No concept is read.
 pub fn open(conn: Sql<'_>, org: &str) -> Result<Vec<OpenTask>, ApiError> {
     conn.query(
-        "SELECT concept_id, task_id, severity, repo, files, summary,
-                holder, held_since, held_until, held_claim, blocked FROM open_tasks
-           WHERE org_id = ?1 ORDER BY seq LIMIT ?2",
+        &format!(
+            "SELECT {TASK_COLUMNS} FROM open_tasks o WHERE o.org_id = ?1 ORDER BY o.seq LIMIT ?2"
+        ),
         args![org, MAX_SCANNED],
-        |r| {
-            let severity: String = r.get(2)?;
-            let files: String = r.get(4)?;
-            let held = match r.get::<Option<String>>(6)? {
-                Some(holder) => Some(Held {
-                    holder,
-                    began_ms: r.get(7)?,
-                    until_ms: r.get(8)?,
-                    concept_id: r.get(9)?,
-                }),
-                None => None,
-            };
-            Ok(OpenTask {
-                concept_id: r.get(0)?,
-                task_id: r.get(1)?,
-                severity: severity.parse().unwrap_or(Severity::Info),
-                repo: r.get(3)?,
-                files: serde_json::from_str(&files).unwrap_or_default(),
-                summary: r.get(5)?,
-                held,
-                blocked: r.get::<i64>(10)? > 0,
-            })
-        },
+        OpenTask::read,
     )
+}
+
+/// Where a page of [`free_page`] starts: after this rank and age.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    rank: i64,
+    seq: i64,
+}
+
+impl Cursor {
+    pub const START: Cursor = Cursor { rank: -1, seq: -1 };
+
+    pub fn after(t: &OpenTask) -> Cursor {
+        Cursor {
+            rank: t.severity as i64,
+            seq: t.seq,
+        }
+    }
+}
+
+/// Up to `limit` tasks filed under `key`, after `from` in (severity, age) order, that no claim
+/// the index saw holds at `now` and no blocker holds back (anchor: free-page). One range of `open_task_keys_by_order`: the tasks held at the front of the
+/// backlog are stepped over in the index, never read.
+pub fn free_page(
+    conn: Sql<'_>,
+    org: &str,
+    key: &str,
+    from: Cursor,
+    now: i64,
+    limit: i64,
+) -> Result<Vec<OpenTask>, ApiError> {
+    conn.query(
+        FREE_PAGE,
+        args![org, key, from.rank, from.seq, now, limit],
+        OpenTask::read,
+    )
+}
+
+/// Up to `limit` tasks filed under `key` whose holder's claim, as the index saw it, is still
+/// live at `now`, those that lapse first first.
+pub fn held_under(
+    conn: Sql<'_>,
+    org: &str,
+    key: &str,
+    now: i64,
+    limit: i64,
+) -> Result<Vec<OpenTask>, ApiError> {
+    conn.query(
+        &format!(
+            "SELECT {TASK_COLUMNS} FROM open_task_keys k
+               JOIN open_tasks o ON o.org_id = k.org_id AND o.concept_id = k.concept_id
+               WHERE k.org_id = ?1 AND k.repo_key = ?2 AND k.lapses > ?3
+               ORDER BY k.lapses LIMIT ?4"
+        ),
+        args![org, key, now, limit],
+        OpenTask::read,
+    )
+}
+
+/// The open tasks the index last saw `holder` holding, live or not; at most [`MAX_SCANNED`].
+pub fn held_by(conn: Sql<'_>, org: &str, holder: &str) -> Result<Vec<OpenTask>, ApiError> {
+    conn.query(
+        &format!(
+            "SELECT {TASK_COLUMNS} FROM open_tasks o WHERE o.org_id = ?1 AND o.holder = ?2
+               ORDER BY o.seq LIMIT ?3"
+        ),
+        args![org, holder, MAX_SCANNED],
+        OpenTask::read,
+    )
+}
+
+/// Files every indexed task under its keys, with its holder's lapse: run once, when the
+/// schema gains them.
+pub fn backfill_keys(conn: Sql<'_>) -> Result<(), ApiError> {
+    let orgs = conn.query("SELECT DISTINCT org_id FROM open_tasks", &[], |r| {
+        r.get::<String>(0)
+    })?;
+    for org in orgs {
+        let tasks = conn.query(
+            &format!("SELECT {TASK_COLUMNS} FROM open_tasks o WHERE o.org_id = ?1"),
+            args![&org],
+            OpenTask::read,
+        )?;
+        for t in tasks {
+            for key in finding_keys(&t.repo, &t.files) {
+                conn.execute(
+                    "INSERT INTO open_task_keys (org_id, repo_key, concept_id, rank, seq, lapses)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+                    args![
+                        &org,
+                        &key,
+                        &t.concept_id,
+                        t.severity as i64,
+                        t.seq,
+                        t.held.as_ref().map(claims::lapses_at),
+                    ],
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fills the summaries of tasks indexed before version 5.

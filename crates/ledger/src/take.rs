@@ -18,7 +18,7 @@ use metabob_wire::claims::{
     self, DEFAULT_CLAIM_MINUTES, Held, MAX_CLAIM_MINUTES, MAX_TAKE_CANDIDATES,
 };
 use metabob_wire::finding::{Finding, plain_concept_id};
-use metabob_wire::repo_identity::vessel_aliases;
+use metabob_wire::repo_identity::{finding_keys, vessel_aliases};
 use metabob_wire::verdict::{Standing, Verdict, failed_by, link_pointer, standing};
 
 /// The longest claimer or session name a take accepts, in characters.
@@ -28,6 +28,9 @@ const MAX_REPOSITORY_BYTES: usize = 2048;
 /// The most tasks held by others a take that claimed nothing names, those whose claims end
 /// first.
 const MAX_WAITING: usize = 50;
+/// The repository's free tasks one page of a take weighs: enough that the cells taking at once
+/// rarely pick the same one, few enough that a page costs the same whatever the backlog.
+const TAKE_PAGE: i64 = 64;
 
 pub struct TakeRequest {
     candidates: Vec<String>,
@@ -140,21 +143,16 @@ impl TakeRequest {
         // Read only once the named ones are taken. What is passed over here the caller never
         // saw: only the tasks others hold are reported, as `waiting`, so a caller that named
         // nothing still learns when to look again.
+        let keys = self.repository_keys();
         let mut waiting: Vec<(open_tasks::OpenTask, Held)> = Vec::new();
-        for t in self.rest_of_repository(w.sql(), org, now)? {
-            let live = t.held.clone().filter(|h| now < claims::lapses_at(h));
-            let mine = live.as_ref().is_some_and(|h| h.holder == self.vessel);
-            // A blocked task is not worth waiting for, unless it is this claimer's own.
-            if t.blocked && !mine {
-                continue;
-            }
-            // The index's holder, live now, is the holder rule's answer: no row is read.
-            if let Some(h) = live
-                && !mine
-            {
-                waiting.push((t, h));
-                continue;
-            }
+        // A task this claimer holds comes first, so a restarted cell resumes its own work.
+        let mine = open_tasks::held_by(w.sql(), org, &self.vessel)?
+            .into_iter()
+            .filter(|t| {
+                t.held.as_ref().is_some_and(|h| now < claims::lapses_at(h))
+                    && self.looks_at(t, &keys)
+            });
+        for t in mine.collect::<Vec<_>>() {
             match self.weigh(w.sql(), org, &t.concept_id, now)? {
                 Look::Free { task, rows, renew } => {
                     return self.take(w, org, &t.concept_id, (task, rows, renew), now, passed);
@@ -163,7 +161,40 @@ impl TakeRequest {
                 Look::Closed | Look::FailedHere | Look::Busy | Look::Blocked => {}
             }
         }
-        // The claims that end first are the ones worth naming.
+        // Then the free ones, a page at a time: the index left out those others hold and
+        // those a blocker holds back, so the first one weighed is nearly always taken.
+        let mut cursor = open_tasks::Cursor::START;
+        let mut scanned = 0;
+        while scanned < open_tasks::MAX_SCANNED {
+            let page = self.page(w.sql(), org, &keys, &mut cursor, now)?;
+            if page.is_empty() {
+                break;
+            }
+            scanned += page.len() as i64;
+            for t in page {
+                match self.weigh(w.sql(), org, &t.concept_id, now)? {
+                    Look::Free { task, rows, renew } => {
+                        return self.take(w, org, &t.concept_id, (task, rows, renew), now, passed);
+                    }
+                    Look::Held(h) => waiting.push((t, h)),
+                    Look::Closed | Look::FailedHere | Look::Busy | Look::Blocked => {}
+                }
+            }
+        }
+        // Nothing came free: name those whose claims end first. A blocked task is not worth
+        // waiting for.
+        for key in &keys {
+            for t in open_tasks::held_under(w.sql(), org, key, now, MAX_WAITING as i64)? {
+                let others = t.held.clone().filter(|h| h.holder != self.vessel);
+                if let Some(h) = others
+                    && !t.blocked
+                    && !self.passes_over(&t)
+                    && !waiting.iter().any(|(o, _)| o.concept_id == t.concept_id)
+                {
+                    waiting.push((t, h));
+                }
+            }
+        }
         waiting.sort_by_key(|(_, h)| claims::lapses_at(h));
         let waiting: Vec<Value> = waiting
             .into_iter()
@@ -201,39 +232,62 @@ impl TakeRequest {
         }))
     }
 
-    /// The repository's open tasks the caller did not name, from the open-task index: most
-    /// severe first, then in this claimer's own order, as `task pull` orders what it sees.
-    fn rest_of_repository(
+    /// The index keys of the repository's tasks ([`vessel_aliases`], aliases included); none
+    /// without a repository.
+    fn repository_keys(&self) -> Vec<String> {
+        self.repository
+            .as_deref()
+            .and_then(|r| vessel_aliases(r).index_keys())
+            .unwrap_or_default()
+    }
+
+    /// Whether `t` is one of the repository's tasks this take may hand out.
+    fn looks_at(&self, t: &open_tasks::OpenTask, keys: &[String]) -> bool {
+        !self.passes_over(t)
+            && finding_keys(&t.repo, &t.files)
+                .iter()
+                .any(|k| keys.contains(k))
+    }
+
+    /// A task the caller named (weighed already) or gave back.
+    fn passes_over(&self, t: &open_tasks::OpenTask) -> bool {
+        self.candidates.contains(&t.concept_id) || self.skip.contains(&t.concept_id)
+    }
+
+    /// The next page of the repository's free tasks after `cursor` (anchor: take-page): the
+    /// most severe and then oldest [`TAKE_PAGE`] of them, in this claimer's own rendezvous order
+    /// within each severity, so cells taking at once spread over the page instead of all trying
+    /// its first task.
+    fn page(
         &self,
         conn: Sql<'_>,
         org: &str,
+        keys: &[String],
+        cursor: &mut open_tasks::Cursor,
         now: i64,
     ) -> Result<Vec<open_tasks::OpenTask>, ApiError> {
-        let Some(repository) = &self.repository else {
-            return Ok(Vec::new());
-        };
-        let aliases = vessel_aliases(repository);
-        let mut rest: Vec<open_tasks::OpenTask> = open_tasks::open(conn, org)?
-            .into_iter()
-            .filter(|t| {
-                !self.candidates.contains(&t.concept_id)
-                    && !self.skip.contains(&t.concept_id)
-                    && aliases.belongs(&t.repo, &t.files)
-            })
-            .collect();
-        // A task this claimer holds comes first, so a restarted cell resumes its own work.
-        rest.sort_by_cached_key(|t| {
-            let mine = t
-                .held
-                .as_ref()
-                .is_some_and(|h| h.holder == self.vessel && now < claims::lapses_at(h));
+        let mut page = Vec::new();
+        for key in keys {
+            page.extend(open_tasks::free_page(
+                conn, org, key, *cursor, now, TAKE_PAGE,
+            )?);
+        }
+        // A task filed under two keys is one task; each key's page reaches past the merged
+        // page's end, so one cursor serves them all.
+        page.sort_by_key(|t| (t.severity, t.seq));
+        page.dedup_by(|a, b| a.concept_id == b.concept_id);
+        page.truncate(TAKE_PAGE as usize);
+        if let Some(last) = page.last() {
+            *cursor = open_tasks::Cursor::after(last);
+        }
+        page.retain(|t| !self.passes_over(t));
+        page.sort_by_cached_key(|t| {
             (
-                !mine,
                 t.severity,
                 std::cmp::Reverse(claims::rendezvous(&self.vessel, &t.task_id)),
             )
         });
-        Ok(rest)
+        Ok(page)
     }
 
     fn look(&self, conn: Sql<'_>, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
@@ -402,5 +456,71 @@ impl ReadyRequest {
             })
             .collect();
         Ok(json!({ "ready": tasks, "truncated": more }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::args;
+    use crate::test_support::{finding, ledger};
+
+    fn claimer(vessel: &str) -> TakeRequest {
+        TakeRequest {
+            candidates: Vec::new(),
+            repository: Some("example.test/o/app".into()),
+            skip: Vec::new(),
+            vessel: vessel.into(),
+            session: "s".into(),
+            minutes: DEFAULT_CLAIM_MINUTES,
+            claim: None,
+        }
+    }
+
+    #[test]
+    fn cells_taking_at_once_spread_over_a_page_and_the_page_is_read_off_the_key_index() {
+        let l = ledger();
+        for i in 0..TAKE_PAGE {
+            l.write(finding(&format!("step {i}"), "task", "").to_pointer())
+                .unwrap();
+        }
+        let first = |vessel: &str| {
+            l.db.with_writer(|w| {
+                let c = claimer(vessel);
+                let keys = c.repository_keys();
+                let mut cursor = open_tasks::Cursor::START;
+                let page = c.page(w.sql(), "org_a", &keys, &mut cursor, 0)?;
+                assert_eq!(page.len(), TAKE_PAGE as usize);
+                Ok(page[0].concept_id.clone())
+            })
+            .unwrap()
+        };
+        // Issue 14's guarantee: 32 cells would each try a different task first, nearly all.
+        let mut firsts: Vec<String> = (0..32).map(|i| first(&format!("cell-{i}"))).collect();
+        firsts.sort();
+        firsts.dedup();
+        assert!(
+            firsts.len() >= 20,
+            "only {} distinct first tries",
+            firsts.len()
+        );
+        // The same cell always tries the same one first.
+        assert_eq!(first("cell-7"), first("cell-7"));
+
+        let plan: Vec<String> =
+            l.db.with_writer(|w| {
+                w.sql().query(
+                    &format!("EXPLAIN QUERY PLAN {}", open_tasks::FREE_PAGE),
+                    args!["org_a", "r:x", 0_i64, 0_i64, 0_i64, 1_i64],
+                    |r| r.get::<String>(3),
+                )
+            })
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|p| p.contains("INDEX open_task_keys_by_order (org_id=? AND repo_key=? AND")),
+            "{plan:?}"
+        );
+        assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "{plan:?}");
     }
 }

@@ -158,7 +158,7 @@ impl Aliases {
             return Some(files.to_vec());
         }
         if let Some(name) = &self.vessel_name {
-            let prefix = format!("repos/{name}/");
+            let prefix = format!("{VESSELS}{name}/");
             let mapped: Vec<String> = files
                 .iter()
                 .filter_map(|f| strip_prefix_ci(f, &prefix).map(str::to_string))
@@ -188,7 +188,47 @@ impl Aliases {
     pub fn belongs(&self, repo: &str, files: &[String]) -> bool {
         self.map_finding(repo, files).is_some()
     }
+
+    /// The [`finding_keys`] of every finding that belongs to a repository with these aliases;
+    /// `None` for a checkout's aliases, whose basename and vessel list no key can express.
+    pub fn index_keys(&self) -> Option<Vec<String>> {
+        if self.basename.is_some() || !self.vessels.is_empty() {
+            return None;
+        }
+        let mut keys = vec![format!("r:{}", self.identity)];
+        keys.extend(self.vessel_name.as_ref().map(|n| format!("v:{n}")));
+        Some(keys)
+    }
 }
+
+/// The keys an index files a finding of `repo:` header `repo` and `files` under, so that a
+/// repository's findings are found by an indexed lookup of [`Aliases::index_keys`] instead of a
+/// test of every row: its own identity, and the name of each vessel a file sits under
+/// (`repos/<name>/<path>`). A finding [`Aliases::belongs`] to [`vessel_aliases`] exactly when
+/// the two share a key; one owner of the rule, so the index and the test never disagree.
+pub fn finding_keys(repo: &str, files: &[String]) -> Vec<String> {
+    let mut keys = vec![format!("r:{}", repo.trim().to_lowercase())];
+    for f in files {
+        let f = f.strip_prefix("./").unwrap_or(f);
+        let under = f
+            .get(..VESSELS.len())
+            .filter(|head| head.eq_ignore_ascii_case(VESSELS))
+            .map(|_| &f[VESSELS.len()..]);
+        // As `strip_prefix_ci` reads it: the name compared without ASCII case, a path after it.
+        if let Some((name, path)) = under.and_then(|rest| rest.split_once('/'))
+            && !path.is_empty()
+        {
+            let key = format!("v:{}", name.to_ascii_lowercase());
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    keys
+}
+
+/// The directory a super-repo keeps its vessels under.
+const VESSELS: &str = "repos/";
 
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let s = s.strip_prefix("./").unwrap_or(s);
@@ -214,6 +254,34 @@ pub fn vessel_aliases(identity: &str) -> Aliases {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The index's keys answer what the row test answers, for every repository and file a
+        /// row can name: same and other identities, vessels in any case, `./` and empty paths.
+        #[test]
+        fn a_finding_shares_a_key_with_a_repository_exactly_when_it_belongs_there(
+            identity in "(ex\\.test/o/)?(app|App|ÄPP|x)",
+            repo in "( |)(ex\\.test/o/)?(app|APP|äpp|y)( |)",
+            files in proptest::collection::vec("(\\./)?(repos|REPOS|src)/(app|aPp|ÄPP|äpp|)/?(a\\.py|)", 0..4),
+        ) {
+            let aliases = vessel_aliases(&identity);
+            let wanted = aliases.index_keys().unwrap();
+            let shares = finding_keys(&repo, &files).iter().any(|k| wanted.contains(k));
+            proptest::prop_assert_eq!(shares, aliases.belongs(&repo, &files));
+        }
+    }
+
+    #[test]
+    fn a_checkouts_aliases_have_no_index_keys() {
+        assert_eq!(
+            Aliases::for_checkout("ex.test/o/app", "app", None).index_keys(),
+            None
+        );
+        assert_eq!(
+            vessel_aliases("Ex.test/o/App").index_keys().unwrap(),
+            ["r:ex.test/o/app", "v:app"]
+        );
+    }
 
     #[test]
     fn windows_drive_is_not_scp() {

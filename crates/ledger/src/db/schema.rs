@@ -7,7 +7,7 @@ use crate::errors::ApiError;
 use crate::sql::{Dialect, Sql, args, pg_ddl};
 
 /// Bumped with every schema change; `migrate` brings older files forward.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 // anchor: schema
 /// The first version's tables, in SQLite's words; PostgreSQL's are derived from them
@@ -110,7 +110,7 @@ const KEY_EXPIRY_V6: &str = "ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
 
 /// The schema steps, one per version; each runs once, in order, inside the migration's
 /// transaction.
-fn schema_steps(dialect: Dialect) -> [String; 7] {
+fn schema_steps(dialect: Dialect) -> [String; 8] {
     let tables = [TABLES_V1, crate::goals::SCHEMA, crate::open_tasks::SCHEMA];
     let rank = crate::concepts::rank_index_ddl();
     let files = format!(
@@ -128,6 +128,7 @@ fn schema_steps(dialect: Dialect) -> [String; 7] {
             files,
             KEY_EXPIRY_V6.into(),
             crate::task_edges::SCHEMA_V7.into(),
+            crate::open_tasks::SCHEMA_V8.into(),
         ],
         Dialect::Postgres => [
             format!("{}{PG_FTS_V1}", pg_ddl(TABLES_V1)),
@@ -137,6 +138,7 @@ fn schema_steps(dialect: Dialect) -> [String; 7] {
             pg_ddl(&files),
             pg_ddl(KEY_EXPIRY_V6),
             pg_ddl(crate::task_edges::SCHEMA_V7),
+            pg_ddl(crate::open_tasks::SCHEMA_V8),
         ],
     }
 }
@@ -182,6 +184,9 @@ pub(super) fn migrate_sql(sql: Sql<'_>) -> Result<(), ApiError> {
         }
         if version < 7 {
             crate::task_edges::backfill(sql)?;
+        }
+        if version < 8 {
+            crate::open_tasks::backfill_keys(sql)?;
         }
         match sql.dialect() {
             Dialect::Sqlite => sql.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")),
@@ -257,6 +262,47 @@ mod tests {
         assert_eq!(
             plan,
             ["SEARCH c USING INDEX concepts_by_rank (org_id=? AND shape=?)"]
+        );
+    }
+
+    #[test]
+    fn a_version_7_file_files_its_open_tasks_under_their_repository_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        {
+            let conn = Connection::open(&path).unwrap();
+            for step in &schema_steps(Dialect::Sqlite)[..7] {
+                conn.execute_batch(step).unwrap();
+            }
+            conn.execute_batch(
+                "INSERT INTO orgs VALUES ('org_a', 'a', 0);
+                 INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer,
+                                       priority, created_at, updated_at)
+                   VALUES ('concept_t', 'org_a', 'code_finding', 'metabob_annotation', 's', 'c',
+                           '{}', 0.5, 0, 0);
+                 INSERT INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files,
+                                         holder, held_since, held_until, held_claim)
+                   VALUES ('org_a', 'concept_t', 1, 'agf_0123456789abcdef', 'LOW',
+                           ' Example.test/o/Super', '[\"repos/App/a.py\"]', 'cell', 0, 1000, 'c');
+                 PRAGMA user_version = 7;",
+            )
+            .unwrap();
+        }
+        let conn = open_connection(dir.path()).unwrap();
+        let keys: Vec<(String, i64, i64, Option<i64>)> = Sql::Lite(&conn)
+            .query(
+                "SELECT repo_key, rank, seq, lapses FROM open_task_keys ORDER BY repo_key",
+                &[],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        let lapses = Some(1000 + metabob_wire::claims::CLAIM_SKEW_MS);
+        assert_eq!(
+            keys,
+            [
+                ("r:example.test/o/super".to_string(), 3, 1, lapses),
+                ("v:app".to_string(), 3, 1, lapses)
+            ]
         );
     }
 
