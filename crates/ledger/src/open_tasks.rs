@@ -71,6 +71,24 @@ pub const MAX_SCANNED: i64 = 10_000;
 /// task recorded open joins it; a verdict that closes a task, or holds its fix pending, takes
 /// every task it names out once the task's rows no longer stand open. Claim rows change nothing.
 pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiError> {
+    on_insert_known(conn, org, concept, None)
+}
+
+/// A task whose rows the write already read, under its holder locks, before the verdict row it
+/// writes: the index weighs the task from them and the new row instead of reading them again.
+pub struct Known<'a> {
+    pub task: &'a Finding,
+    /// The task's rows as `task_rows` read them, newest first.
+    pub rows: &'a [Verdict],
+}
+
+/// [`on_insert`] for a verdict about `known`'s task.
+pub fn on_insert_known(
+    conn: Sql<'_>,
+    org: &str,
+    concept: &Value,
+    known: Option<Known<'_>>,
+) -> Result<(), ApiError> {
     match concept.get("shape").and_then(Value::as_str) {
         // A finding names its ids in its header: a row without the word is none, and is not
         // read, which spares most rows of other kinds a full read.
@@ -102,8 +120,18 @@ pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiErr
         }
         Some(VERDICT_SHAPE) => {
             if let Ok(Some(v)) = Verdict::read(concept) {
-                for task in tasks_named(conn, org, &v)? {
+                let known = known.filter(|k| v.concerns(k.task));
+                let skip = known.as_ref().map(|k| k.task.concept_id.as_str());
+                for task in tasks_named(conn, org, &v, skip)? {
                     refresh(conn, org, &task)?;
+                }
+                if let Some(k) = known {
+                    // As `task_rows` would read them now: the new row is the newest.
+                    let rows: Vec<Verdict> = std::iter::once(v.clone())
+                        .chain(k.rows.iter().cloned())
+                        .take(crate::goals::store::MAX_TASK_ROWS as usize)
+                        .collect();
+                    settle(conn, org, k.task, &rows)?;
                 }
             }
         }
@@ -144,8 +172,14 @@ fn names_ids(concept: &Value) -> bool {
         })
 }
 
-/// The indexed tasks a verdict names by id, found through the id index.
-fn tasks_named(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<Vec<Finding>, ApiError> {
+/// The indexed tasks a verdict names by id, found through the id index; `skip`'s is left out
+/// unread.
+fn tasks_named(
+    conn: Sql<'_>,
+    org: &str,
+    v: &Verdict,
+    skip: Option<&str>,
+) -> Result<Vec<Finding>, ApiError> {
     let mut out = Vec::new();
     for id in &v.finding_ids {
         let ids = conn.query(
@@ -155,7 +189,7 @@ fn tasks_named(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<Vec<Finding>, Ap
             args![org, id, FINDING_SHAPE],
             |r| r.get::<String>(0),
         )?;
-        for cid in ids {
+        for cid in ids.into_iter().filter(|c| Some(c.as_str()) != skip) {
             if let Ok(Some(f)) = Finding::read(&load_concept(conn, org, &cid)?)
                 && v.concerns(&f)
                 && !out.iter().any(|o: &Finding| o.concept_id == f.concept_id)
@@ -175,8 +209,13 @@ fn refresh(conn: Sql<'_>, org: &str, task: &Finding) -> Result<(), ApiError> {
         .into_iter()
         .map(|r| r.verdict)
         .collect();
+    settle(conn, org, task, &rows)
+}
+
+/// [`refresh`] from the task's rows, read already.
+fn settle(conn: Sql<'_>, org: &str, task: &Finding, rows: &[Verdict]) -> Result<(), ApiError> {
     if matches!(
-        standing(&rows),
+        standing(rows),
         Standing::Closed { .. } | Standing::Pending { .. }
     ) {
         for table in ["open_tasks", "open_task_keys"] {
@@ -189,7 +228,7 @@ fn refresh(conn: Sql<'_>, org: &str, task: &Finding) -> Result<(), ApiError> {
     }
     // Who holds it now, and until when: the holder rule's answer changes only with the rows,
     // and by the clock, which a reader of these columns applies itself.
-    let held = claims::holder(&rows, i64::MIN);
+    let held = claims::holder(rows, i64::MIN);
     conn.execute(
         "UPDATE open_tasks SET holder = ?3, held_since = ?4, held_until = ?5, held_claim = ?6
            WHERE org_id = ?1 AND concept_id = ?2",
@@ -217,20 +256,30 @@ pub fn held(
     concept_id: &str,
     now: i64,
 ) -> Result<Option<Held>, ApiError> {
-    let row = conn.query_opt(
+    Ok(entry(conn, org, concept_id)?
+        .flatten()
+        .filter(|h| now < claims::lapses_at(h)))
+}
+
+/// Whether the index holds `concept_id` as one of the org's open tasks (`None` when not) and
+/// the claim it last saw holding it, live or not: one point read.
+pub fn entry(conn: Sql<'_>, org: &str, concept_id: &str) -> Result<Option<Option<Held>>, ApiError> {
+    conn.query_opt(
         "SELECT holder, held_since, held_until, held_claim FROM open_tasks
-           WHERE org_id = ?1 AND concept_id = ?2 AND holder IS NOT NULL",
+           WHERE org_id = ?1 AND concept_id = ?2",
         args![org, concept_id],
         |r| {
-            Ok(Held {
-                holder: r.get(0)?,
-                began_ms: r.get(1)?,
-                until_ms: r.get(2)?,
-                concept_id: r.get(3)?,
+            Ok(match r.get::<Option<String>>(0)? {
+                Some(holder) => Some(Held {
+                    holder,
+                    began_ms: r.get(1)?,
+                    until_ms: r.get(2)?,
+                    concept_id: r.get(3)?,
+                }),
+                None => None,
             })
         },
-    )?;
-    Ok(row.filter(|h| now < claims::lapses_at(h)))
+    )
 }
 
 /// One indexed open task, as the index keeps it.
@@ -251,24 +300,26 @@ pub struct OpenTask {
 }
 
 /// The columns [`OpenTask::read`] reads, of `open_tasks` as `o`.
-macro_rules! task_columns {
-    () => {
-        "o.concept_id, o.task_id, o.severity, o.repo, o.files, o.summary,
-         o.holder, o.held_since, o.held_until, o.held_claim, o.blocked, o.seq"
-    };
-}
-const TASK_COLUMNS: &str = task_columns!();
+const TASK_COLUMNS: &str = "o.concept_id, o.task_id, o.severity, o.repo, o.files, o.summary,
+    o.holder, o.held_since, o.held_until, o.held_claim, o.blocked, o.seq";
 
-/// [`free_page`]'s query.
-pub const FREE_PAGE: &str = concat!(
-    "SELECT ",
-    task_columns!(),
-    " FROM open_task_keys k
-       JOIN open_tasks o ON o.org_id = k.org_id AND o.concept_id = k.concept_id
-       WHERE k.org_id = ?1 AND k.repo_key = ?2 AND (k.rank, k.seq) > (?3, ?4)
-         AND (k.lapses IS NULL OR k.lapses <= ?5) AND o.blocked = 0
-       ORDER BY k.rank, k.seq LIMIT ?6"
-);
+/// [`free_page`]'s query for `keys` keys: one range of the key index per key, all in one
+/// statement, so a page costs one round trip whatever aliases the repository has.
+pub fn free_page_sql(keys: usize) -> String {
+    (0..keys)
+        .map(|i| {
+            format!(
+                "SELECT * FROM (SELECT {TASK_COLUMNS} FROM open_task_keys k
+                   JOIN open_tasks o ON o.org_id = k.org_id AND o.concept_id = k.concept_id
+                   WHERE k.org_id = ?1 AND k.repo_key = ?{key} AND (k.rank, k.seq) > (?2, ?3)
+                     AND (k.lapses IS NULL OR k.lapses <= ?4) AND o.blocked = 0
+                   ORDER BY k.rank, k.seq LIMIT ?5) AS page{i}",
+                key = 6 + i
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
+}
 
 impl OpenTask {
     fn read(r: &Row<'_>) -> Result<OpenTask, ApiError> {
@@ -326,22 +377,24 @@ impl Cursor {
     }
 }
 
-/// Up to `limit` tasks filed under `key`, after `from` in (severity, age) order, that no claim
-/// the index saw holds at `now` and no blocker holds back (anchor: free-page). One range of `open_task_keys_by_order`: the tasks held at the front of the
-/// backlog are stepped over in the index, never read.
+/// Up to `limit` tasks filed under each of `keys`, after `from` in (severity, age) order, that
+/// no claim the index saw holds at `now` and no blocker holds back (anchor: free-page). One
+/// range of `open_task_keys_by_order` per key: the tasks held at the front of the backlog are
+/// stepped over in the index, never read. A task filed under two keys comes twice.
 pub fn free_page(
     conn: Sql<'_>,
     org: &str,
-    key: &str,
+    keys: &[String],
     from: Cursor,
     now: i64,
     limit: i64,
 ) -> Result<Vec<OpenTask>, ApiError> {
-    conn.query(
-        FREE_PAGE,
-        args![org, key, from.rank, from.seq, now, limit],
-        OpenTask::read,
-    )
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut bound = args![org, from.rank, from.seq, now, limit].to_vec();
+    bound.extend(keys.iter().map(|k| crate::sql::Arg::from(k.as_str())));
+    conn.query(&free_page_sql(keys.len()), &bound, OpenTask::read)
 }
 
 /// Up to `limit` tasks filed under `key` whose holder's claim, as the index saw it, is still
@@ -446,13 +499,7 @@ pub fn backfill(conn: Sql<'_>) -> Result<(), ApiError> {
 
 /// Whether the index holds `concept_id` as one of the org's open tasks.
 pub fn indexed(conn: Sql<'_>, org: &str, concept_id: &str) -> Result<bool, ApiError> {
-    Ok(conn
-        .query_opt(
-            "SELECT 1 FROM open_tasks WHERE org_id = ?1 AND concept_id = ?2",
-            args![org, concept_id],
-            |_| Ok(()),
-        )?
-        .is_some())
+    Ok(entry(conn, org, concept_id)?.is_some())
 }
 
 #[cfg(test)]

@@ -166,6 +166,20 @@ impl PgConn {
     pub fn batch(&self, sql: &str) -> Result<(), ApiError> {
         Ok(self.client.borrow_mut().batch_execute(sql)?)
     }
+
+    /// [`PgConn::batch`], then the database's clock in milliseconds, in the same round trip.
+    pub fn batch_then_clock(&self, sql: &str) -> Result<i64, ApiError> {
+        let messages = self.client.borrow_mut().simple_query(&format!(
+            "{sql}; SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+        ))?;
+        messages
+            .iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+                _ => None,
+            })
+            .ok_or_else(|| ApiError::Internal("the database answered no clock".into()))
+    }
 }
 
 /// `?N` and bare `?` placeholders as PostgreSQL's `$N`, leaving quoted text alone. A bare `?`

@@ -59,7 +59,7 @@ fn name_field(d: &Fields<'_>, name: &str) -> Result<String, ApiError> {
 enum Look {
     /// Nobody else holds it: claim it (`renew` when the claimer already does).
     Free {
-        task: Box<Finding>,
+        task: Box<Open>,
         rows: Vec<Verdict>,
         renew: bool,
     },
@@ -215,12 +215,12 @@ impl TakeRequest {
         w: &mut Writer,
         org: &str,
         id: &str,
-        (task, rows, renew): (Box<Finding>, Vec<Verdict>, bool),
+        (task, rows, renew): (Box<Open>, Vec<Verdict>, bool),
         now: i64,
         passed: Vec<Value>,
     ) -> Result<Value, ApiError> {
-        let concept = load_concept(w.sql(), org, id)?;
-        let held = self.claim(w, org, task, rows, now)?;
+        let Open { finding, concept } = *task;
+        let held = self.claim(w, org, &finding, rows, now)?;
         Ok(json!({
             "taken": {
                 "concept_id": id,
@@ -266,12 +266,7 @@ impl TakeRequest {
         cursor: &mut open_tasks::Cursor,
         now: i64,
     ) -> Result<Vec<open_tasks::OpenTask>, ApiError> {
-        let mut page = Vec::new();
-        for key in keys {
-            page.extend(open_tasks::free_page(
-                conn, org, key, *cursor, now, TAKE_PAGE,
-            )?);
-        }
+        let mut page = open_tasks::free_page(conn, org, keys, *cursor, now, TAKE_PAGE)?;
         // A task filed under two keys is one task; each key's page reaches past the merged
         // page's end, so one cursor serves them all.
         page.sort_by_key(|t| (t.severity, t.seq));
@@ -293,12 +288,13 @@ impl TakeRequest {
     fn look(&self, conn: Sql<'_>, org: &str, id: &str, now: i64) -> Result<Look, ApiError> {
         // A task the index does not hold is not open: passed without reading its rows, so a
         // caller whose recall still shows closed tasks as open costs one point read for each.
-        if !open_tasks::indexed(conn, org, id)? {
+        let Some(held) = open_tasks::entry(conn, org, id)? else {
             return Ok(Look::Closed);
-        }
+        };
         // Held by another, by the claim the index saw when the task's rows last changed and
         // still live now: that answer is the holder rule's, so the rows need not be read.
-        if let Some(h) = open_tasks::held(conn, org, id, now)?
+        if let Some(h) = held
+            && now < claims::lapses_at(&h)
             && h.holder != self.vessel
         {
             return Ok(Look::Held(h));
@@ -314,7 +310,7 @@ impl TakeRequest {
         // Another replica is writing a row about this task right now (PostgreSQL): it is not
         // free for this take, and waiting could only lose. Once locked, the rows read below
         // hold every row about it that committed before.
-        for tid in &task.finding_ids {
+        for tid in &task.finding.finding_ids {
             if !conn.try_lock_holder(org, tid)? {
                 return Ok(Look::Busy);
             }
@@ -324,8 +320,8 @@ impl TakeRequest {
 
     /// The take's verdict on an open task, from its rows: closed or parked, failed by this
     /// claimer, held by another, blocked, or free.
-    fn judge(&self, conn: Sql<'_>, org: &str, task: Finding, now: i64) -> Result<Look, ApiError> {
-        let rows: Vec<Verdict> = task_rows(conn, org, &task)?
+    fn judge(&self, conn: Sql<'_>, org: &str, task: Open, now: i64) -> Result<Look, ApiError> {
+        let rows: Vec<Verdict> = task_rows(conn, org, &task.finding)?
             .into_iter()
             .map(|r| r.verdict)
             .collect();
@@ -343,7 +339,7 @@ impl TakeRequest {
             Some(h) if h.holder != self.vessel => Look::Held(h),
             // A claim this claimer holds is renewed though a blocker came since: the edge does
             // not take back work begun (SPEC.md §Dependencies).
-            None if task_edges::blocked(conn, org, task.id())? => Look::Blocked,
+            None if task_edges::blocked(conn, org, task.finding.id())? => Look::Blocked,
             mine => Look::Free {
                 task: Box::new(task),
                 rows,
@@ -357,20 +353,26 @@ impl TakeRequest {
         &self,
         w: &mut Writer,
         org: &str,
-        task: Box<Finding>,
+        task: &Finding,
         mut rows: Vec<Verdict>,
         now: i64,
     ) -> Result<Held, ApiError> {
-        let row = claims::claim_row(&task, &self.vessel, &self.session, self.minutes, now);
+        let row = claims::claim_row(task, &self.vessel, &self.session, self.minutes, now);
         let written =
             CreateConcept::parse(&Fields::composed(&row.to_pointer()), self.claim.as_ref())?
-                // The row names the task's ids, whose holder locks `look` took.
-                .insert(w.sql(), org, now)?;
+                // The row names the task's ids, whose holder locks `look` took, and the rows
+                // read under them are the index's too.
+                .insert_known(
+                    w.sql(),
+                    org,
+                    now,
+                    Some(open_tasks::Known { task, rows: &rows }),
+                )?;
         let verdict = Verdict::read(&written).ok().flatten().ok_or_else(|| {
             ApiError::Internal("the claim row written does not read as a claim".into())
         })?;
         let link = link_pointer(&verdict.concept_id, &task.concept_id);
-        Link::parse(&Fields::composed(&link), self.claim.as_ref())?.run(w, org)?;
+        Link::parse(&Fields::composed(&link), self.claim.as_ref())?.insert_fresh(w, org, now)?;
         rows.push(verdict);
         match claims::holder(&rows, now) {
             Some(h) if h.holder == self.vessel => Ok(h),
@@ -381,15 +383,23 @@ impl TakeRequest {
     }
 }
 
+/// An open task as read: the client's reading, and the row a take answers with.
+struct Open {
+    finding: Finding,
+    concept: Value,
+}
+
 /// The open task `id` names, read as the client reads it; `None` for anything else.
-fn open_task(conn: Sql<'_>, org: &str, id: &str) -> Result<Option<Finding>, ApiError> {
+fn open_task(conn: Sql<'_>, org: &str, id: &str) -> Result<Option<Open>, ApiError> {
     let concept = match load_concept(conn, org, id) {
         Ok(c) => c,
         Err(ApiError::ConceptNotFound { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
     Ok(match Finding::read(&concept) {
-        Ok(Some(f)) if f.is_task() && f.status.is_open() => Some(f),
+        Ok(Some(finding)) if finding.is_task() && finding.status.is_open() => {
+            Some(Open { finding, concept })
+        }
         _ => None,
     })
 }
@@ -510,17 +520,17 @@ mod tests {
         let plan: Vec<String> =
             l.db.with_writer(|w| {
                 w.sql().query(
-                    &format!("EXPLAIN QUERY PLAN {}", open_tasks::FREE_PAGE),
-                    args!["org_a", "r:x", 0_i64, 0_i64, 0_i64, 1_i64],
+                    &format!("EXPLAIN QUERY PLAN {}", open_tasks::free_page_sql(2)),
+                    args!["org_a", 0_i64, 0_i64, 0_i64, 1_i64, "r:x", "v:x"],
                     |r| r.get::<String>(3),
                 )
             })
             .unwrap();
-        assert!(
-            plan.iter()
-                .any(|p| p.contains("INDEX open_task_keys_by_order (org_id=? AND repo_key=? AND")),
-            "{plan:?}"
-        );
+        let ranges = plan
+            .iter()
+            .filter(|p| p.contains("INDEX open_task_keys_by_order (org_id=? AND repo_key=? AND"))
+            .count();
+        assert_eq!(ranges, 2, "{plan:?}");
         assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "{plan:?}");
     }
 }

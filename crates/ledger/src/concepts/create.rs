@@ -114,6 +114,18 @@ impl CreateConcept {
     /// verdict row must be written under its findings' holder locks, taken before `now` was
     /// drawn: [`CreateConcept::run`] takes them; the take holds them already.
     pub fn insert(&self, conn: Sql<'_>, org: &str, now: i64) -> Result<Value, ApiError> {
+        self.insert_known(conn, org, now, None)
+    }
+
+    /// [`CreateConcept::insert`] of a verdict row about a task whose rows the write has read
+    /// already (the take's claim): the open-task index weighs the task from them.
+    pub fn insert_known(
+        &self,
+        conn: Sql<'_>,
+        org: &str,
+        now: i64,
+        known: Option<crate::open_tasks::Known<'_>>,
+    ) -> Result<Value, ApiError> {
         self.check_size()?;
         let id = format!("concept_{}", random_hex(12));
         // The concept as stored comes back with the insert: no second statement reads it.
@@ -143,7 +155,7 @@ impl CreateConcept {
             .ok_or_else(|| ApiError::Internal("an insert answered no row".into()))?;
         // The ids first: the open-task index weighs a verdict's task by the rows they find.
         crate::row_ids::on_insert(conn, org, &concept)?;
-        crate::open_tasks::on_insert(conn, org, &concept)?;
+        crate::open_tasks::on_insert_known(conn, org, &concept, known)?;
         crate::task_edges::on_insert(conn, org, &concept)?;
         Ok(concept)
     }

@@ -40,6 +40,33 @@ impl Link {
         })
     }
 
+    /// Writes the edge as new, with no check: for a write that has just created the concept
+    /// it links from (so no edge from it can exist) and read the one it links to. Its id.
+    pub fn insert_fresh(&self, w: &mut Writer, org: &str, now: i64) -> Result<String, ApiError> {
+        self.insert(w.sql(), org, now)
+    }
+
+    fn insert(&self, tx: crate::sql::Sql<'_>, org: &str, now: i64) -> Result<String, ApiError> {
+        let id = format!("edge_{}", random_hex(12));
+        tx.execute(
+            "INSERT INTO edges (id, org_id, from_id, to_id, edge_type, weight, traversal_count, description,
+                                created_at, updated_at, client_claim)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?8, ?9)",
+            args![
+                id,
+                org,
+                self.from,
+                self.to,
+                self.edge_type,
+                self.weight.unwrap_or(DEFAULT_NEW_EDGE_WEIGHT),
+                self.description,
+                now,
+                self.claim
+            ],
+        )?;
+        Ok(id)
+    }
+
     // anchor: link-upsert
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Linked, ApiError> {
         let now = w.tick()?;
@@ -53,26 +80,7 @@ impl Link {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let (edge_id, previous) = match existing {
-            None => {
-                let id = format!("edge_{}", random_hex(12));
-                tx.execute(
-                    "INSERT INTO edges (id, org_id, from_id, to_id, edge_type, weight, traversal_count, description,
-                                        created_at, updated_at, client_claim)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?8, ?9)",
-                    args![
-                        id,
-                        org,
-                        self.from,
-                        self.to,
-                        self.edge_type,
-                        self.weight.unwrap_or(DEFAULT_NEW_EDGE_WEIGHT),
-                        self.description,
-                        now,
-                        self.claim
-                    ],
-                )?;
-                (id, None)
-            }
+            None => (self.insert(tx, org, now)?, None),
             Some((id, old)) => {
                 let observed = self.weight.unwrap_or(DEFAULT_REPEAT_WEIGHT);
                 let weight = old + EMA_ALPHA * (observed - old);

@@ -123,6 +123,7 @@ fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) -> Option<usize> 
         let ok = job.run(&mut Writer {
             sql: Sql::Lite(&lw.conn),
             last_ms: &mut lw.last_ms,
+            clock: None,
         });
         disarm(&lw.conn);
         if lw.conn.is_autocommit() {

@@ -39,22 +39,30 @@ const PG_WRITE_ATTEMPTS: usize = 3;
 
 /// Runs `f` on a PostgreSQL connection inside one transaction opened by `begin`, with the
 /// budget's remaining time as the statement timeout: PostgreSQL cancels a statement still
-/// running at the deadline, which the budget answers as exceeded. Committed on `Ok`.
+/// running at the deadline, which the budget answers as exceeded. Committed on `Ok`. With
+/// `clock`, the database's clock is read in the same round trip as `begin` and handed to `f`.
 pub(super) fn pg_bounded<'c, T>(
     sql: Sql<'c>,
     budget: Budget,
     begin: &str,
-    f: impl FnOnce(Sql<'c>) -> Result<T, ApiError>,
+    clock: bool,
+    f: impl FnOnce(Sql<'c>, Option<i64>) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
     let Sql::Pg(c) = sql else {
-        return f(sql);
+        return f(sql, None);
     };
     let left = budget.left_ms();
     if left == 0 {
         return Err(budget.exceeded());
     }
-    c.batch(&format!("{begin}; SET LOCAL statement_timeout = {left}"))?;
-    match f(sql) {
+    let begin = format!("{begin}; SET LOCAL statement_timeout = {left}");
+    let now = if clock {
+        Some(c.batch_then_clock(&begin)?)
+    } else {
+        c.batch(&begin)?;
+        None
+    };
+    match f(sql, now) {
         Ok(v) => {
             c.batch("COMMIT")?;
             Ok(v)
@@ -77,12 +85,13 @@ pub(super) fn pg_write<T>(
     let mut attempt = 1;
     let out = loop {
         let mut last_ms = 0;
-        let out = pg_bounded(sql, budget, "BEGIN", |sql| {
+        let out = pg_bounded(sql, budget, "BEGIN", true, |sql, now| {
             run_caught(
                 f,
                 &mut Writer {
                     sql,
                     last_ms: &mut last_ms,
+                    clock: now.map(|ms| (ms, std::time::Instant::now())),
                 },
             )
         });

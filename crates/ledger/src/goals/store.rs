@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::walk::TaskRow;
-use crate::concepts::load_concept;
+use crate::concepts::{load_concept, load_concepts};
 use crate::errors::ApiError;
 use crate::sql::{Row, Sql, args};
 use metabob_wire::finding::Finding;
@@ -184,54 +184,52 @@ pub fn task_rows(conn: Sql<'_>, org: &str, task: &Finding) -> Result<Vec<TaskRow
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    // Two lookups, each on its own index, and the join done here: joined in SQL, a planner
-    // with no statistics walks every concept of the org to match the few linked ones.
-    let (list, words) = crate::row_ids::id_list(4, &ids);
-    let mut bound = args![org, VERDICT_SHAPE, MAX_TASK_ROWS].to_vec();
+    // Two lookups, each on its own index, in one statement, and the join done here: joined in
+    // SQL, a planner with no statistics walks every concept of the org to match the few linked
+    // ones. Then every row they name in one more: a round trip each, not one per row.
+    let (list, words) = crate::row_ids::id_list(5, &ids);
+    let mut bound = args![org, VERDICT_SHAPE, MAX_TASK_ROWS, &task.concept_id].to_vec();
     bound.extend(words);
-    let mut found: Vec<(i64, String)> = conn.query(
+    let named: Vec<(String, i64)> = conn.query(
         &format!(
-            "SELECT seq, concept_id FROM row_ids
-               WHERE org_id = ?1 AND shape = ?2 AND finding_id IN {list}
-               ORDER BY seq DESC LIMIT ?3"
+            "SELECT id, linked FROM (SELECT concept_id AS id, CAST(0 AS BIGINT) AS linked FROM row_ids
+                 WHERE org_id = ?1 AND shape = ?2 AND finding_id IN {list}
+                 ORDER BY seq DESC LIMIT ?3) AS named
+             UNION ALL
+             SELECT id, linked FROM (SELECT from_id AS id, CAST(1 AS BIGINT) AS linked FROM edges
+                 WHERE org_id = ?1 AND to_id = ?4 AND edge_type = 'derived_from'
+                 ORDER BY seq DESC LIMIT ?3) AS linked"
         ),
         &bound,
-        |r| Ok((r.get::<i64>(0)?, r.get::<String>(1)?)),
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
     )?;
-    let linked = conn.query(
-        "SELECT from_id FROM edges
-           WHERE org_id = ?1 AND to_id = ?2 AND edge_type = 'derived_from'
-           ORDER BY seq DESC LIMIT ?3",
-        args![org, &task.concept_id, MAX_TASK_ROWS],
-        |r| r.get::<String>(0),
-    )?;
-    let mut concepts: std::collections::HashMap<String, Value> = Default::default();
-    for id in linked {
-        if found.iter().any(|(_, c)| *c == id) {
+    let mut ids: Vec<String> = named.iter().map(|(id, _)| id.clone()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut loaded = load_concepts(conn, org, &ids)?;
+    // A row named by id is kept whatever its shape says (the reader judges it); a linked
+    // concept only if it is a verdict row.
+    let mut found: Vec<(i64, String)> = Vec::with_capacity(ids.len());
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    for (id, linked) in &named {
+        let Some(c) = loaded.get(id) else {
+            continue;
+        };
+        if *linked == 1 && c.get("shape").and_then(Value::as_str) != Some(VERDICT_SHAPE) {
             continue;
         }
-        let c = match load_concept(conn, org, &id) {
-            Ok(c) => c,
-            Err(ApiError::ConceptNotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        if c.get("shape").and_then(Value::as_str) == Some(VERDICT_SHAPE)
-            && let Some(seq) = c.get("seq").and_then(Value::as_i64)
+        if let Some(seq) = c.get("seq").and_then(Value::as_i64)
+            && seen.insert(id.as_str())
         {
             found.push((seq, id.clone()));
-            concepts.insert(id, c);
         }
     }
     found.sort_unstable_by_key(|(seq, _)| std::cmp::Reverse(*seq));
     found.truncate(MAX_TASK_ROWS as usize);
-    let mut rows = Vec::with_capacity(found.len());
-    for (_, id) in found {
-        rows.push(match concepts.remove(&id) {
-            Some(c) => c,
-            None => load_concept(conn, org, &id)?,
-        });
-    }
-    let concepts = rows;
+    let concepts: Vec<Value> = found
+        .into_iter()
+        .filter_map(|(_, id)| loaded.remove(&id))
+        .collect();
     let read = |c: &Value| -> Result<Option<TaskRow>, metabob_wire::row::BadRow> {
         Ok(read_task_row(c)?.filter(|r| r.verdict.concerns(task)))
     };
