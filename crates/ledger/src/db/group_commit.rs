@@ -155,7 +155,10 @@ fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) -> Option<usize> 
             job.answer(None);
         }
     }
-    let failed = match lw.conn.execute_batch("COMMIT") {
+    // The batch's concepts reach the full-text index in one flush, not one per savepoint.
+    let commit =
+        super::schema::fts_catch_up(&lw.conn).and_then(|()| lw.conn.execute_batch("COMMIT"));
+    let failed = match commit {
         Ok(()) => None,
         Err(e) => {
             tracing::error!("the ledger could not commit {} writes: {e}", done.len());

@@ -438,12 +438,15 @@ impl Db {
             Backend::Lite { writer, .. } => {
                 let lw = &mut *lock(writer);
                 let last_ms = &mut lw.last_ms;
-                Sql::Lite(&lw.conn).transaction(|sql| {
-                    f(&mut Writer {
+                let conn = &lw.conn;
+                Sql::Lite(conn).transaction(|sql| {
+                    let out = f(&mut Writer {
                         sql,
                         last_ms,
                         clock: None,
-                    })
+                    })?;
+                    schema::fts_catch_up(conn)?;
+                    Ok(out)
                 })
             }
             Backend::Pg { .. } => {

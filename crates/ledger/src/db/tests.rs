@@ -115,6 +115,35 @@ fn insert_org(id: &'static str) -> impl FnMut(&mut Writer<'_>) -> Result<usize, 
     }
 }
 
+/// Holds the writer thread inside a batch of its own until the sender is used, so the writes
+/// queued meanwhile are taken as one batch once it is let go. Waiting for the queue to empty
+/// instead would race the thread's taking of it.
+async fn hold_writer(
+    db: &Db,
+) -> (
+    tokio::task::JoinHandle<Result<(), ApiError>>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let mut held_tx = Some(held_tx);
+    let holder = tokio::spawn({
+        let db = db.clone();
+        async move {
+            db.write(Budget::start(60_000), move |_| {
+                if let Some(tx) = held_tx.take() {
+                    let _ = tx.send(());
+                }
+                let _ = release_rx.recv();
+                Ok(())
+            })
+            .await
+        }
+    });
+    held_rx.await.unwrap();
+    (holder, release_tx)
+}
+
 /// Queues one write behind the held writer and waits until it sits in the queue, so the
 /// batch's order is the order of these calls. Only sound while the writer thread is held
 /// inside a batch: then nothing takes from the queue, and its length only grows.
@@ -138,26 +167,7 @@ async fn queue_write<T: Send + 'static>(
 async fn one_commit_holds_a_batch_and_an_interrupted_write_undoes_only_itself() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(&sqlite(&dir), 1).unwrap();
-    // A write that waits inside its own batch holds the writer thread there, so the next
-    // writes queue up behind it and are taken as one batch once it is let go. Waiting for
-    // the queue to empty instead would race the thread's taking of it.
-    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let mut held_tx = Some(held_tx);
-    let holder = tokio::spawn({
-        let db = db.clone();
-        async move {
-            db.write(Budget::start(60_000), move |_| {
-                if let Some(tx) = held_tx.take() {
-                    let _ = tx.send(());
-                }
-                let _ = release_rx.recv();
-                Ok(())
-            })
-            .await
-        }
-    });
-    held_rx.await.unwrap();
+    let (holder, release_tx) = hold_writer(&db).await;
     let first = queue_write(&db, 60_000, insert_org("org_a")).await;
     let endless = format!(
         "INSERT INTO orgs (id, name, created_at) {ENDLESS} SELECT 'o' || i, 'n' || i, 0 FROM n"
@@ -187,4 +197,67 @@ async fn one_commit_holds_a_batch_and_an_interrupted_write_undoes_only_itself() 
         .unwrap();
     // The interrupt undid the open transaction; the write before it was run again.
     assert_eq!(names, ["org_a", "org_c"]);
+}
+
+fn insert_concept(
+    word: &'static str,
+    fail: bool,
+) -> impl FnMut(&mut Writer<'_>) -> Result<(), ApiError> {
+    move |w| {
+        w.sql().execute(
+            "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer,
+                                   priority, created_at, updated_at)
+               VALUES (?1, 'org_a', 'note', 'test', ?1, 'text', '{}', 0.5, 0, 0)",
+            args![word],
+        )?;
+        if fail {
+            return Err(ApiError::bad("this write fails after its insert"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_concepts_reach_the_full_text_index_at_its_commit_and_an_undone_ones_never() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&sqlite(&dir), 1).unwrap();
+    db.with_writer(|w| {
+        w.sql()
+            .execute("INSERT INTO orgs VALUES ('org_a', 'a', 0)", &[])
+    })
+    .unwrap();
+    let (holder, release_tx) = hold_writer(&db).await;
+    let writes = [
+        queue_write(&db, 60_000, insert_concept("alpha", false)).await,
+        queue_write(&db, 60_000, insert_concept("beta", true)).await,
+        queue_write(&db, 60_000, insert_concept("gamma", false)).await,
+    ];
+    release_tx.send(()).unwrap();
+    holder.await.unwrap().unwrap();
+    let mut answers = Vec::new();
+    for w in writes {
+        answers.push(w.await.unwrap().is_ok());
+    }
+    assert_eq!(answers, [true, false, true]);
+    // Startup's writer (the key commands' way) keeps the index as well.
+    db.with_writer(insert_concept("delta", false)).unwrap();
+
+    let found: Vec<String> = db
+        .read("org_a", Budget::start(60_000), |c| {
+            c.query(
+                "SELECT c.id FROM concepts c WHERE c.seq IN (SELECT rowid FROM concepts_fts
+                   WHERE concepts_fts MATCH 'alpha OR beta OR gamma OR delta') ORDER BY c.seq",
+                &[],
+                |r| r.get::<String>(0),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(found, ["alpha", "gamma", "delta"]);
+    db.with_writer(|w| {
+        w.sql().execute_batch(
+            "INSERT INTO concepts_fts (concepts_fts, rank) VALUES ('integrity-check', 1)",
+        )
+    })
+    .unwrap();
 }
