@@ -503,6 +503,8 @@ struct Sched {
     pending: VecDeque<usize>,
     /// Holders neither holding a task nor gone.
     unsettled: usize,
+    /// Holders that took their first task.
+    first_takes: usize,
     pulls_in_flight: usize,
     dry_streak: usize,
     /// Task id → the holder it was handed to.
@@ -656,6 +658,7 @@ impl Sched {
         let first = !self.holders[i].ever_held;
         if first {
             self.unsettled -= 1;
+            self.first_takes += 1;
             self.dry_streak = 0;
         }
         if self.holders[i].closed
@@ -772,6 +775,7 @@ async fn run(
         heap: BinaryHeap::new(),
         pending: (0..plan.cells).collect(),
         unsettled: plan.cells,
+        first_takes: 0,
         pulls_in_flight: 0,
         dry_streak: 0,
         handed: HashMap::new(),
@@ -790,7 +794,7 @@ async fn run(
                     last_progress = now;
                     eprintln!(
                         "fleet: capacity: {} of {} holding after {:.0} s of takes",
-                        s.figures.holding,
+                        s.first_takes,
                         plan.cells,
                         now.duration_since(taking).as_secs_f64()
                     );
@@ -802,23 +806,17 @@ async fn run(
                         s.figures.notes.push(format!(
                             "{DRY_TAKES} takes in a row found nothing free with {} of {} \
                              holders holding and {} tasks recorded: the setup stopped there",
-                            s.figures.holding, plan.cells, tasks
+                            s.first_takes, plan.cells, tasks
                         ));
                     } else if s.unsettled > 0 {
                         s.figures.not_set_up = true;
                         s.figures.notes.push(format!(
                             "setup stopped at its bound: {} of {} holding after {:.0} s of takes",
-                            s.figures.holding,
+                            s.first_takes,
                             plan.cells,
                             s.figures.take.as_secs_f64()
                         ));
                     }
-                    eprintln!(
-                        "fleet: capacity: {} of {} holding, takes took {:.1} s",
-                        s.figures.holding,
-                        plan.cells,
-                        s.figures.take.as_secs_f64()
-                    );
                     s.pending.clear();
                     for i in 0..plan.cells {
                         if s.holders[i].task.is_none() && !s.holders[i].busy {
@@ -826,6 +824,12 @@ async fn run(
                         }
                     }
                     s.figures.holding = s.holders.iter().filter(|h| h.task.is_some()).count();
+                    eprintln!(
+                        "fleet: capacity: {} of {} holding, takes took {:.1} s",
+                        s.figures.holding,
+                        plan.cells,
+                        s.figures.take.as_secs_f64()
+                    );
                     s.phase = if s.figures.not_set_up || s.figures.holding == 0 {
                         Phase::Done
                     } else {
