@@ -108,10 +108,7 @@ fn run() -> Res<()> {
     };
     let opts = Opts::parse(rest)?;
     if mode != "capacity"
-        && let Some(n) = opts
-            .cells
-            .iter()
-            .find(|&&n| n > opts::MAX_CELL_PROCESSES)
+        && let Some(n) = opts.cells.iter().find(|&&n| n > opts::MAX_CELL_PROCESSES)
     {
         return Err(format!(
             "--cells {n}: past {} only `capacity` runs, whose cells are no tasks or processes \

@@ -183,6 +183,8 @@ struct RunFigures {
     /// answer with "renewed".
     lost_claims: usize,
     errors: Errors,
+    /// Pulls the ledger handed no task.
+    found_nothing: usize,
     notes: Vec<String>,
 }
 
@@ -373,7 +375,8 @@ enum Done {
     Renewed(Result<ClaimOutcome, String>),
     Settled {
         closed: Option<Result<(), String>>,
-        pulled: Option<Pulled>,
+        /// Boxed: a task's finding is large, and every renewal's answer would carry its room.
+        pulled: Option<Box<Pulled>>,
     },
 }
 
@@ -428,7 +431,7 @@ impl Ctx {
                 let pulled = self.pull(att, &me, &session).await;
                 Done::Settled {
                     closed,
-                    pulled: Some(pulled),
+                    pulled: Some(Box::new(pulled)),
                 }
             }
         }
@@ -578,10 +581,9 @@ impl Sched {
                     }
                     Ok(other) => {
                         self.figures.lost_claims += 1;
-                        self.figures.errors.add(format!(
-                            "renewal answered {}",
-                            other.word().as_str()
-                        ));
+                        self.figures
+                            .errors
+                            .add(format!("renewal answered {}", other.word().as_str()));
                         self.drop_holder(i);
                         return;
                     }
@@ -619,11 +621,8 @@ impl Sched {
                     Ok(None) => {
                         if self.phase == Phase::Setup {
                             self.dry_streak += 1;
-                        } else {
-                            self.figures
-                                .notes
-                                .push(format!("holder {i} found no task left to take"));
                         }
+                        self.figures.found_nothing += 1;
                         self.drop_holder(i);
                         return;
                     }
@@ -867,8 +866,7 @@ async fn run(
                     if s.holders[i].task.is_some() && !s.holders[i].gone {
                         // Exponential lengths are memoryless: what is left of a task already
                         // under way is as long as a fresh one, so the settles start in step.
-                        s.holders[i].close_at =
-                            Some(now + plan.task_mean.mul_f64(-unit().ln()));
+                        s.holders[i].close_at = Some(now + plan.task_mean.mul_f64(-unit().ln()));
                         s.push(i);
                     }
                 }
@@ -945,6 +943,12 @@ async fn run(
     }
     running.abort_all();
     drop(ledgers);
+    if s.figures.found_nothing > 0 {
+        let n = s.figures.found_nothing;
+        s.figures.notes.push(format!(
+            "{n} pulls were handed no task; those holders stopped"
+        ));
+    }
     Ok(s.figures)
 }
 

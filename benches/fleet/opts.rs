@@ -62,7 +62,12 @@ impl Opts {
                 "--cells" => {
                     o.cells = value
                         .split(',')
-                        .map(|n| n.trim().parse().ok().filter(|n| (1..=MAX_HOLDERS).contains(n)))
+                        .map(|n| {
+                            n.trim()
+                                .parse()
+                                .ok()
+                                .filter(|n| (1..=MAX_HOLDERS).contains(n))
+                        })
                         .collect::<Option<Vec<usize>>>()
                         .ok_or_else(|| bad("counts from 1 to 100000"))?
                 }
@@ -182,7 +187,12 @@ pub const MAX_CELL_PROCESSES: usize = 1024;
 /// typo on this machine, not a measurement).
 fn counts(s: &str) -> Option<Vec<usize>> {
     s.split(',')
-        .map(|n| n.trim().parse().ok().filter(|n| (1..=MAX_CELL_PROCESSES).contains(n)))
+        .map(|n| {
+            n.trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_CELL_PROCESSES).contains(n))
+        })
         .collect()
 }
 

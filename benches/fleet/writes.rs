@@ -377,7 +377,9 @@ async fn ledger_writes(
     }
     drop(ledgers);
     total.latencies.sort_unstable();
-    let pg_cpu = pg0.zip(pg1).map(|(before, after)| server_cpu_between(&before, &after));
+    let pg_cpu = pg0
+        .zip(pg1)
+        .map(|(before, after)| server_cpu_between(&before, &after));
     Ok(WritesRun {
         store,
         clients: n,
