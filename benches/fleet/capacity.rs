@@ -618,20 +618,21 @@ impl Sched {
                 }
                 match p.got {
                     Ok(Some(task)) => self.took(i, task, p.until_ms, now),
+                    // A take that found nothing free is a cell told to try later: with two
+                    // replicas the one free task may have been another take's at that moment.
+                    // The setup stops on a run of them (the ledger has no more to hand out).
                     Ok(None) => {
                         if self.phase == Phase::Setup {
                             self.dry_streak += 1;
                         }
                         self.figures.found_nothing += 1;
-                        self.drop_holder(i);
-                        return;
+                        if !self.retry_pull(i, now) {
+                            return;
+                        }
                     }
                     Err(e) => {
                         self.figures.errors.add(e);
-                        if self.phase == Phase::Setup || matches!(self.phase, Phase::B(_)) {
-                            self.holders[i].close_at = Some(now + PAUSE);
-                        } else {
-                            self.drop_holder(i);
+                        if !self.retry_pull(i, now) {
                             return;
                         }
                     }
@@ -680,6 +681,18 @@ impl Sched {
             now + self.plan.period
         });
         h.close_at = settling.then(|| now + self.plan.task_mean.mul_f64(-unit().ln()));
+    }
+
+    /// Pulls again after a pause while pulls are part of the phase (the setup, window B); else
+    /// lets the holder go. Whether it pulls again.
+    fn retry_pull(&mut self, i: usize, now: Instant) -> bool {
+        if self.phase == Phase::Setup || matches!(self.phase, Phase::B(_)) {
+            self.holders[i].close_at = Some(now + PAUSE);
+            true
+        } else {
+            self.drop_holder(i);
+            false
+        }
     }
 
     fn drop_holder(&mut self, i: usize) {
