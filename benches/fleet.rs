@@ -7,6 +7,7 @@
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--run-deadline SECS]
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- history [--findings 0,3000,30000] [--tasks 30] [--paths take,read_back] [--store sqlite,pg2] [--bin PATH]
 //!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- soak --seconds 600 [--cells 4] [--tasks 8] [--store sqlite,pg2] --deadline 1800
+//!   CARGO_TARGET_DIR=/work/target-release cargo bench --bench fleet -- capacity [--cells 1000,10000,50000] [--store sqlite,pg2] [--seconds 60] [--claim-minutes M] [--task-minutes 10] [--run-deadline 900] --deadline 3600
 //! Common options: `--deadline SECS` (hard bound on the mode's wall time, default 600) and
 //! `--dir DIR` (where the temp dir goes, default the system temp dir: the raw SQLite file and
 //! the ledgers' data share it, so both sit on the same filesystem).
@@ -19,6 +20,8 @@
 //! repository; `--bin` runs ledgers and pulls with another build's binary (a baseline), so two
 //! builds are compared in one run. `soak` runs the chaos soak (tests/support/soak/, whose minute-long run is in the
 //! test suite) for `--seconds` of chaos on each store and fails when an invariant broke.
+//! `capacity` holds N simulated cells' claims on one ledger and measures the ledger's CPU per
+//! renewal and per settled task (capacity.rs); it fails when a task was handed out twice.
 //!
 //! Prints Markdown tables for docs/benchmarks.md on stdout; progress goes to stderr.
 
@@ -27,7 +30,7 @@
     reason = "the tables on stdout are this program's output"
 )]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +39,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::timeout;
 
+#[path = "fleet/capacity.rs"]
+mod capacity;
 #[path = "fleet/edges.rs"]
 mod edges;
 #[path = "fleet/history.rs"]
@@ -89,7 +94,8 @@ const USAGE: &str = "usage: fleet writes [--clients 1,8,32,128] [--seconds 5] [-
                      fleet fleet [--cells 1,8,32,128,1000] [--paths take,read_back] [--store sqlite,pg1,pg2] [--dag 0,1] [--run-deadline SECS] [--deadline 600] [--dir DIR]\n       \
                      fleet edges [--tasks 2000] [--dag 0,2] [--store sqlite,pg2] [--deadline 600] [--dir DIR]\n       \
                      fleet soak [--seconds 600] [--cells 4] [--tasks 8] [--store sqlite,pg2] [--deadline 1800] [--dir DIR]\n       \
-                     fleet history [--findings 0,3000,30000] [--tasks 30] [--paths take,read_back] [--store sqlite,pg2] [--bin PATH] [--deadline 600] [--dir DIR]";
+                     fleet history [--findings 0,3000,30000] [--tasks 30] [--paths take,read_back] [--store sqlite,pg2] [--bin PATH] [--deadline 600] [--dir DIR]\n       \
+                     fleet capacity [--cells 1000,10000,50000] [--store sqlite,pg2] [--seconds 60] [--claim-minutes M] [--task-minutes 10] [--run-deadline 900] [--deadline 600] [--dir DIR]";
 
 fn run() -> Res<()> {
     // `cargo bench` appends `--bench` to a harness-less target's arguments.
@@ -101,6 +107,15 @@ fn run() -> Res<()> {
         return Err(USAGE.into());
     };
     let opts = Opts::parse(rest)?;
+    if mode != "capacity"
+        && let Some(n) = opts.cells.iter().find(|&&n| n > opts::MAX_CELL_PROCESSES)
+    {
+        return Err(format!(
+            "--cells {n}: past {} only `capacity` runs, whose cells are no tasks or processes \
+             of their own\n{USAGE}",
+            opts::MAX_CELL_PROCESSES
+        ));
+    }
     // reqwest is built with `rustls-no-provider` (see Cargo.toml) and refuses to build a client
     // until a provider is installed, even for plain http; ring is the one the crate already has.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -112,7 +127,7 @@ fn run() -> Res<()> {
     // Only the modes that take --store start a cluster, and only when a pg store is named.
     let pg = if matches!(
         mode.as_str(),
-        "writes" | "fleet" | "soak" | "history" | "edges"
+        "writes" | "fleet" | "soak" | "history" | "edges" | "capacity"
     ) && opts.stores.iter().any(|s| matches!(s, Store::Pg { .. }))
     {
         eprintln!(
@@ -140,6 +155,7 @@ fn run() -> Res<()> {
                 "fleet" => fleet(&bench, &opts, deadline).await,
                 "history" => history::history(&bench, &opts, deadline).await,
                 "edges" => edges::edges(&bench, &opts, deadline).await,
+                "capacity" => capacity::capacity(&bench, &opts, deadline).await,
                 "soak" => soak_mode(&bench, &opts, deadline),
                 _ => Err(USAGE.into()),
             }
@@ -391,6 +407,37 @@ fn cpu_seconds(pid: &str, ticks_per_s: f64) -> Res<(f64, f64)> {
     Ok((tick(11)?, tick(12)?))
 }
 
+/// User and system CPU seconds of the processes, summed.
+fn cpu_sum(pids: &[String], ticks: f64) -> Res<(f64, f64)> {
+    pids.iter().try_fold((0.0, 0.0), |(u, s), pid| {
+        let (pu, ps) = cpu_seconds(pid, ticks)?;
+        Ok((u + pu, s + ps))
+    })
+}
+
+/// Each PostgreSQL server process's user + sys CPU seconds so far; one that exits between
+/// listing and reading is left out.
+fn server_cpu(cluster: &pg::Cluster, ticks: f64) -> HashMap<String, f64> {
+    cluster
+        .server_pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let (u, s) = cpu_seconds(&pid, ticks).ok()?;
+            Some((pid, u + s))
+        })
+        .collect()
+}
+
+/// The PostgreSQL server's CPU seconds between two readings of `server_cpu`. A server process
+/// that started in the window counts whole; one that ended in it is lost (the ledgers'
+/// connections live as long as the run, so these are rare).
+fn server_cpu_between(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> f64 {
+    after
+        .iter()
+        .map(|(pid, t)| t - before.get(pid).copied().unwrap_or(0.0))
+        .sum()
+}
+
 /// The kernel's clock ticks per second for /proc times (USER_HZ); `getconf` because the crate
 /// has no libc binding, and 100 is what Linux uses everywhere in practice.
 fn clock_ticks() -> f64 {
@@ -618,7 +665,7 @@ fn soak_mode(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
             replicas,
             cells,
             tasks: opts.tasks,
-            chaos_for: Duration::from_secs_f64(opts.seconds),
+            chaos_for: Duration::from_secs_f64(opts.seconds_or(5.0)),
             settle_for: Duration::from_secs(300),
             seed: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -627,7 +674,7 @@ fn soak_mode(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         eprintln!(
             "fleet: soak, {} store, {cells} cells, {:.0} s of chaos (seed {})",
             store.name(),
-            opts.seconds,
+            opts.seconds_or(5.0),
             plan.seed
         );
         // The soak runs on threads and processes of its own; this runtime only waits for it.

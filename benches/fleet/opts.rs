@@ -8,7 +8,8 @@ use super::{Res, USAGE};
 pub struct Opts {
     pub clients: Vec<usize>,
     pub cells: Vec<usize>,
-    pub seconds: f64,
+    /// Each mode's own default when not given (see `seconds_or`).
+    pub seconds: Option<f64>,
     pub pullers: Vec<usize>,
     pub tasks: usize,
     pub paths: Vec<ClaimPath>,
@@ -22,6 +23,11 @@ pub struct Opts {
     pub bin: Option<PathBuf>,
     /// `fleet` and `edges`: dependency edges per task of the backlog, each a run of its own.
     pub dag: Vec<usize>,
+    /// `capacity`: the claim's length, which sets the renewal period (a third of it); `None`
+    /// picks one per run (see capacity.rs).
+    pub claim_minutes: Option<i64>,
+    /// `capacity`: a task's mean length at 60-minute claims, scaled with the claim.
+    pub task_minutes: f64,
 }
 
 impl Opts {
@@ -30,7 +36,7 @@ impl Opts {
             clients: vec![1, 8, 32, 128],
             // Each mode's own default when not given (see `cells_or`).
             cells: Vec::new(),
-            seconds: 5.0,
+            seconds: None,
             pullers: vec![1, 32],
             tasks: 50,
             paths: vec![ClaimPath::Take, ClaimPath::ReadBack],
@@ -41,6 +47,8 @@ impl Opts {
             findings: vec![0, 3000, 30_000],
             bin: None,
             dag: vec![0],
+            claim_minutes: None,
+            task_minutes: 10.0,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -51,13 +59,42 @@ impl Opts {
             match flag.as_str() {
                 "--clients" => o.clients = counts(value).ok_or_else(|| bad("counts >= 1"))?,
                 "--pullers" => o.pullers = counts(value).ok_or_else(|| bad("counts >= 1"))?,
-                "--cells" => o.cells = counts(value).ok_or_else(|| bad("counts >= 1"))?,
+                "--cells" => {
+                    o.cells = value
+                        .split(',')
+                        .map(|n| {
+                            n.trim()
+                                .parse()
+                                .ok()
+                                .filter(|n| (1..=MAX_HOLDERS).contains(n))
+                        })
+                        .collect::<Option<Vec<usize>>>()
+                        .ok_or_else(|| bad("counts from 1 to 100000"))?
+                }
                 "--seconds" => {
-                    o.seconds = value
+                    o.seconds = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|s: &f64| *s > 0.0 && *s <= 3600.0)
+                            .ok_or_else(|| bad("seconds in (0, 3600]"))?,
+                    )
+                }
+                "--claim-minutes" => {
+                    o.claim_minutes = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|m| (1..=metabob_wire::claims::MAX_CLAIM_MINUTES).contains(m))
+                            .ok_or_else(|| bad("whole minutes, 1 to 240"))?,
+                    )
+                }
+                "--task-minutes" => {
+                    o.task_minutes = value
                         .parse()
                         .ok()
-                        .filter(|s: &f64| *s > 0.0 && *s <= 3600.0)
-                        .ok_or_else(|| bad("seconds in (0, 3600]"))?
+                        .filter(|m: &f64| *m > 0.0 && *m <= 1440.0)
+                        .ok_or_else(|| bad("minutes in (0, 1440]"))?
                 }
                 "--tasks" => {
                     o.tasks = value
@@ -126,6 +163,10 @@ impl Opts {
 }
 
 impl Opts {
+    pub fn seconds_or(&self, default: f64) -> f64 {
+        self.seconds.unwrap_or(default)
+    }
+
     pub fn cells_or(&self, default: &[usize]) -> Vec<usize> {
         if self.cells.is_empty() {
             default.to_vec()
@@ -135,11 +176,23 @@ impl Opts {
     }
 }
 
+/// The most cells `capacity` simulates: there a cell is a few hundred bytes of state, not a
+/// process or a socket.
+pub const MAX_HOLDERS: usize = 100_000;
+
+/// The most cells of the modes that give each cell a task, a process or a socket of its own.
+pub const MAX_CELL_PROCESSES: usize = 1024;
+
 /// A comma-separated list of counts, each 1 to 1024 (more processes or sockets than that is a
 /// typo on this machine, not a measurement).
 fn counts(s: &str) -> Option<Vec<usize>> {
     s.split(',')
-        .map(|n| n.trim().parse().ok().filter(|n| (1..=1024).contains(n)))
+        .map(|n| {
+            n.trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_CELL_PROCESSES).contains(n))
+        })
         .collect()
 }
 

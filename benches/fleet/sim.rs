@@ -25,7 +25,7 @@ use metabob_wire::verdict::{NewVerdict, VerdictKind, VerdictOrigin};
 use super::{Home, Res};
 
 /// The simulated cells' repository: nothing is cloned, so it need not exist.
-const ORIGIN: &str = "https://fleet.example.invalid/sim/app.git";
+pub const ORIGIN: &str = "https://fleet.example.invalid/sim/app.git";
 /// How many tasks are recorded at once before the cells start.
 const RECORDING: usize = 32;
 /// How long a cell told to try later waits before it pulls again (plus up to as much jitter).
@@ -105,24 +105,7 @@ pub async fn simulate(
     edges: usize,
     deadline: Instant,
 ) -> Res<SimRun> {
-    let chosen: Vec<Option<&String>> = if endpoints.is_empty() {
-        vec![None]
-    } else {
-        endpoints.iter().map(Some).collect()
-    };
-    let mut atts = Vec::with_capacity(chosen.len());
-    for endpoint in chosen {
-        let vars = home
-            .vars
-            .iter()
-            .cloned()
-            .chain(endpoint.map(|url| ("DISCOVERY_ENDPOINT".to_string(), url.clone())));
-        let mut env = Env::new(vars, &home.cwd);
-        let att = metabob_cell::attach_once(&mut env, &home.cwd)
-            .await
-            .map_err(|e| format!("attach: {e}"))?;
-        atts.push(att);
-    }
+    let atts = attach(home, endpoints).await?;
     let repository = identity_of_origin(ORIGIN);
     let dag = random_dag(tasks, edges);
     let ids = record(&atts, &repository, tasks, &dag).await?;
@@ -181,6 +164,30 @@ pub async fn simulate(
         errors: s.errors,
         timed_out: s.timed_out,
     })
+}
+
+/// One attachment through the run's config.json, or one per endpoint (the replicas of one
+/// ledger) as a cell given `DISCOVERY_ENDPOINT` attaches.
+pub async fn attach(home: &Home, endpoints: &[String]) -> Res<Vec<Attachment>> {
+    let chosen: Vec<Option<&String>> = if endpoints.is_empty() {
+        vec![None]
+    } else {
+        endpoints.iter().map(Some).collect()
+    };
+    let mut atts = Vec::with_capacity(chosen.len());
+    for endpoint in chosen {
+        let vars = home
+            .vars
+            .iter()
+            .cloned()
+            .chain(endpoint.map(|url| ("DISCOVERY_ENDPOINT".to_string(), url.clone())));
+        let mut env = Env::new(vars, &home.cwd);
+        let att = metabob_cell::attach_once(&mut env, &home.cwd)
+            .await
+            .map_err(|e| format!("attach: {e}"))?;
+        atts.push(att);
+    }
+    Ok(atts)
 }
 
 /// A backlog's dependencies: for each task, the earlier tasks it waits for.

@@ -1,7 +1,6 @@
 //! `writes`: the ledger under many concurrent writers, each a keep-alive connection posting
 //! back to back, beside the disk's own ceiling (raw SQLite, raw PostgreSQL commits).
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -9,12 +8,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{sleep_until, timeout};
 
 use super::{
-    Bench, Errors, Ledgers, Opts, REQUEST_LIMIT, Res, Store, WARMUP, clock_ticks, cpu_seconds, ms,
-    pg, quantile_ms, step,
+    Bench, Errors, Ledgers, Opts, REQUEST_LIMIT, Res, Store, WARMUP, clock_ticks, cpu_sum, ms, pg,
+    quantile_ms, server_cpu, server_cpu_between, step,
 };
 
 pub async fn writes(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
-    let secs = Duration::from_secs_f64(opts.seconds);
+    let seconds = opts.seconds_or(5.0);
+    let secs = Duration::from_secs_f64(seconds);
     // A store column (and the PostgreSQL server's CPU) only when more than SQLite is measured,
     // so a default run prints what it always has.
     let show_store = opts.stores != [Store::Sqlite];
@@ -105,7 +105,7 @@ pub async fn writes(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         ),
     ] {
         let Some((one, batch)) = raw else { continue };
-        println!("{what}, {:.1} s each):", opts.seconds);
+        println!("{what}, {seconds:.1} s each):");
         println!();
         println!("| rows per commit | commits | commits/s | rows/s |");
         println!("|---|---|---|---|");
@@ -124,7 +124,7 @@ pub async fn writes(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         "`concept_create_write` from N concurrent keep-alive connections, each back to back, a \
          fresh ledger per row, {:.1} s counted after {:.1} s warm-up; CPU is the ledger \
          process's over the counted window:",
-        opts.seconds,
+        seconds,
         WARMUP.as_secs_f64()
     );
     println!();
@@ -377,14 +377,9 @@ async fn ledger_writes(
     }
     drop(ledgers);
     total.latencies.sort_unstable();
-    // A server process that started in the window counts whole; one that ended in it is lost
-    // (the ledgers' connections live as long as the run, so these are rare).
-    let pg_cpu = pg0.zip(pg1).map(|(before, after)| {
-        after
-            .iter()
-            .map(|(pid, t)| t - before.get(pid).copied().unwrap_or(0.0))
-            .sum()
-    });
+    let pg_cpu = pg0
+        .zip(pg1)
+        .map(|(before, after)| server_cpu_between(&before, &after));
     Ok(WritesRun {
         store,
         clients: n,
@@ -398,27 +393,6 @@ async fn ledger_writes(
         pg_cpu,
         errors: total.errors,
     })
-}
-
-/// User and system CPU seconds of the processes, summed.
-fn cpu_sum(pids: &[String], ticks: f64) -> Res<(f64, f64)> {
-    pids.iter().try_fold((0.0, 0.0), |(u, s), pid| {
-        let (pu, ps) = cpu_seconds(pid, ticks)?;
-        Ok((u + pu, s + ps))
-    })
-}
-
-/// Each PostgreSQL server process's user + sys CPU seconds so far; one that exits between
-/// listing and reading is left out.
-fn server_cpu(cluster: &pg::Cluster, ticks: f64) -> HashMap<String, f64> {
-    cluster
-        .server_pids()
-        .into_iter()
-        .filter_map(|pid| {
-            let (u, s) = cpu_seconds(&pid, ticks).ok()?;
-            Some((pid, u + s))
-        })
-        .collect()
 }
 
 /// One keep-alive HTTP/1.1 connection, spoken by hand. The load generator shares the two cores
