@@ -107,15 +107,18 @@ pub async fn writes(bench: &Bench, opts: &Opts, deadline: Instant) -> Res<()> {
         let Some((one, batch)) = raw else { continue };
         println!("{what}, {seconds:.1} s each):");
         println!();
-        println!("| rows per commit | commits | commits/s | rows/s |");
-        println!("|---|---|---|---|");
+        println!("| rows per commit | commits | commits/s | rows/s | writer CPU ms / row |");
+        println!("|---|---|---|---|---|");
         for r in [one, batch] {
+            let rows = r.commits as f64 * r.rows_per_commit as f64;
             println!(
-                "| {} | {} | {:.0} | {:.0} |",
+                "| {} | {} | {:.0} | {:.0} | {} |",
                 r.rows_per_commit,
                 r.commits,
                 r.commits_per_s(),
-                r.commits_per_s() * r.rows_per_commit as f64
+                r.commits_per_s() * r.rows_per_commit as f64,
+                r.cpu
+                    .map_or("-".into(), |c| format!("{:.4}", c * 1000.0 / rows.max(1.0)))
             );
         }
         println!();
@@ -214,6 +217,9 @@ pub struct RawRate {
     pub rows_per_commit: usize,
     pub commits: u64,
     pub elapsed: Duration,
+    /// User + sys CPU seconds of the thread that wrote, where the writer is this process's own
+    /// (raw SQLite's, to set beside the ledger's CPU per write).
+    pub cpu: Option<f64>,
 }
 
 impl RawRate {
@@ -238,6 +244,9 @@ fn raw_sqlite(path: &Path, rows_per_commit: usize, secs: Duration) -> Res<RawRat
     let mut insert = conn
         .prepare("INSERT INTO concepts (id, content, created_at) VALUES (?1, ?2, ?3)")
         .map_err(db)?;
+    // This blocking-pool thread does all the writing, so its own times are the raw cost.
+    let thread_cpu = || super::cpu_seconds("thread-self", super::clock_ticks()).map(|(u, s)| u + s);
+    let cpu_before = thread_cpu()?;
     let start = Instant::now();
     let (mut commits, mut i) = (0u64, 0u64);
     while start.elapsed() < secs {
@@ -265,6 +274,7 @@ fn raw_sqlite(path: &Path, rows_per_commit: usize, secs: Duration) -> Res<RawRat
         rows_per_commit,
         commits,
         elapsed: start.elapsed(),
+        cpu: Some(thread_cpu()? - cpu_before),
     })
 }
 

@@ -57,9 +57,10 @@ CREATE TABLE IF NOT EXISTS open_task_keys (
     lapses      INTEGER,
     PRIMARY KEY (org_id, concept_id, repo_key)
 );
-CREATE INDEX IF NOT EXISTS open_task_keys_by_order
-    ON open_task_keys(org_id, repo_key, rank, seq, lapses);
-CREATE INDEX IF NOT EXISTS open_task_keys_by_lapse ON open_task_keys(org_id, repo_key, lapses);
+-- The free ones (no holder seen) in take order, those whose claims lapsed by when, and those
+-- held by when they lapse: one index, so no range a take reads steps over held tasks.
+CREATE INDEX IF NOT EXISTS open_task_keys_by_state
+    ON open_task_keys(org_id, repo_key, lapses, rank, seq);
 CREATE INDEX IF NOT EXISTS open_tasks_by_holder ON open_tasks(org_id, holder);
 "#;
 
@@ -303,19 +304,26 @@ pub struct OpenTask {
 const TASK_COLUMNS: &str = "o.concept_id, o.task_id, o.severity, o.repo, o.files, o.summary,
     o.holder, o.held_since, o.held_until, o.held_claim, o.blocked, o.seq";
 
-/// [`free_page`]'s query for `keys` keys: one range of the key index per key, all in one
-/// statement, so a page costs one round trip whatever aliases the repository has.
+/// [`free_page`]'s query for `keys` keys: per key, the tasks no holder was seen on, one ordered
+/// range of the index, and those whose holder's claim has lapsed (few: a cell that stopped
+/// without giving its task back), all in one statement, so a page costs one round trip and
+/// never steps over the tasks held at the front of a backlog, however many.
 pub fn free_page_sql(keys: usize) -> String {
+    let part = |key: usize, i: usize, state: &str| {
+        format!(
+            "SELECT * FROM (SELECT {TASK_COLUMNS} FROM open_task_keys k
+               JOIN open_tasks o ON o.org_id = k.org_id AND o.concept_id = k.concept_id
+               WHERE k.org_id = ?1 AND k.repo_key = ?{key} AND {state}
+                 AND (k.rank, k.seq) > (?2, ?3) AND o.blocked = 0
+               ORDER BY k.rank, k.seq LIMIT ?5) AS page{i}"
+        )
+    };
     (0..keys)
-        .map(|i| {
-            format!(
-                "SELECT * FROM (SELECT {TASK_COLUMNS} FROM open_task_keys k
-                   JOIN open_tasks o ON o.org_id = k.org_id AND o.concept_id = k.concept_id
-                   WHERE k.org_id = ?1 AND k.repo_key = ?{key} AND (k.rank, k.seq) > (?2, ?3)
-                     AND (k.lapses IS NULL OR k.lapses <= ?4) AND o.blocked = 0
-                   ORDER BY k.rank, k.seq LIMIT ?5) AS page{i}",
-                key = 6 + i
-            )
+        .flat_map(|i| {
+            [
+                part(6 + i, 2 * i, "k.lapses IS NULL"),
+                part(6 + i, 2 * i + 1, "k.lapses <= ?4"),
+            ]
         })
         .collect::<Vec<_>>()
         .join(" UNION ALL ")
@@ -378,9 +386,8 @@ impl Cursor {
 }
 
 /// Up to `limit` tasks filed under each of `keys`, after `from` in (severity, age) order, that
-/// no claim the index saw holds at `now` and no blocker holds back (anchor: free-page). One
-/// range of `open_task_keys_by_order` per key: the tasks held at the front of the backlog are
-/// stepped over in the index, never read. A task filed under two keys comes twice.
+/// no claim the index saw holds at `now` and no blocker holds back (anchor: free-page), read
+/// off `open_task_keys_by_state` ([`free_page_sql`]). A task filed under two keys comes twice.
 pub fn free_page(
     conn: Sql<'_>,
     org: &str,
