@@ -721,6 +721,19 @@ fn read_cpu(
     Ok((u + s, cluster.map(|c| server_cpu(c, ticks))))
 }
 
+/// The ledger's CPU seconds between two readings of [`read_cpu`], and the PostgreSQL server's.
+fn cpu_since(
+    before: &(f64, Option<HashMap<String, f64>>),
+    after: &(f64, Option<HashMap<String, f64>>),
+) -> (f64, Option<f64>) {
+    let pg = before
+        .1
+        .as_ref()
+        .zip(after.1.as_ref())
+        .map(|(b, a)| server_cpu_between(b, a));
+    (after.0 - before.0, pg)
+}
+
 /// One store and fleet size: a fresh ledger, the setup, the two windows.
 async fn run(
     bench: &Bench,
@@ -865,13 +878,7 @@ async fn run(
             }
             Phase::A(end) if now >= end => {
                 let mark = read_cpu(&pids, cluster, ticks)?;
-                s.figures.a.ledger_cpu = mark.0 - s.cpu_mark.0;
-                s.figures.a.pg_cpu = s
-                    .cpu_mark
-                    .1
-                    .as_ref()
-                    .zip(mark.1.as_ref())
-                    .map(|(b, a)| server_cpu_between(b, a));
+                (s.figures.a.ledger_cpu, s.figures.a.pg_cpu) = cpu_since(&s.cpu_mark, &mark);
                 s.cpu_mark = mark;
                 s.phase = Phase::B(now + plan.window);
                 eprintln!("fleet: capacity: window B (settling and renewals)");
@@ -887,13 +894,7 @@ async fn run(
             }
             Phase::B(end) if now >= end => {
                 let mark = read_cpu(&pids, cluster, ticks)?;
-                s.figures.b.ledger_cpu = mark.0 - s.cpu_mark.0;
-                s.figures.b.pg_cpu = s
-                    .cpu_mark
-                    .1
-                    .as_ref()
-                    .zip(mark.1.as_ref())
-                    .map(|(b, a)| server_cpu_between(b, a));
+                (s.figures.b.ledger_cpu, s.figures.b.pg_cpu) = cpu_since(&s.cpu_mark, &mark);
                 s.figures.measured = true;
                 s.phase = Phase::Done;
                 continue;

@@ -269,18 +269,21 @@ pub fn entry(conn: Sql<'_>, org: &str, concept_id: &str) -> Result<Option<Option
         "SELECT holder, held_since, held_until, held_claim FROM open_tasks
            WHERE org_id = ?1 AND concept_id = ?2",
         args![org, concept_id],
-        |r| {
-            Ok(match r.get::<Option<String>>(0)? {
-                Some(holder) => Some(Held {
-                    holder,
-                    began_ms: r.get(1)?,
-                    until_ms: r.get(2)?,
-                    concept_id: r.get(3)?,
-                }),
-                None => None,
-            })
-        },
+        |r| read_held(r, 0),
     )
+}
+
+/// The holder columns (holder, held_since, held_until, held_claim) from column `at` on.
+fn read_held(r: &Row<'_>, at: usize) -> Result<Option<Held>, ApiError> {
+    Ok(match r.get::<Option<String>>(at)? {
+        Some(holder) => Some(Held {
+            holder,
+            began_ms: r.get(at + 1)?,
+            until_ms: r.get(at + 2)?,
+            concept_id: r.get(at + 3)?,
+        }),
+        None => None,
+    })
 }
 
 /// One indexed open task, as the index keeps it.
@@ -333,15 +336,7 @@ impl OpenTask {
     fn read(r: &Row<'_>) -> Result<OpenTask, ApiError> {
         let severity: String = r.get(2)?;
         let files: String = r.get(4)?;
-        let held = match r.get::<Option<String>>(6)? {
-            Some(holder) => Some(Held {
-                holder,
-                began_ms: r.get(7)?,
-                until_ms: r.get(8)?,
-                concept_id: r.get(9)?,
-            }),
-            None => None,
-        };
+        let held = read_held(r, 6)?;
         Ok(OpenTask {
             concept_id: r.get(0)?,
             task_id: r.get(1)?,
