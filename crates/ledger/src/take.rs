@@ -538,5 +538,19 @@ mod tests {
         };
         assert_eq!(range("lapses=? AND (rank,seq)>(?,?))"), 2, "{plan:?}");
         assert_eq!(range("lapses<?)"), 2, "{plan:?}");
+        // The tasks a claimer holds, by holder: not every open task of the org by age.
+        let plan: Vec<String> =
+            l.db.with_writer(|w| {
+                w.sql().query(
+                    &format!("EXPLAIN QUERY PLAN {}", open_tasks::held_by_sql()),
+                    args!["org_a", "cell-7", 1_i64],
+                    |r| r.get::<String>(3),
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            plan,
+            ["SEARCH o USING INDEX open_tasks_by_holder (org_id=? AND holder=?)"]
+        );
     }
 }
