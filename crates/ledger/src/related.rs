@@ -40,8 +40,13 @@ fn file_key(file: &str) -> String {
         .to_lowercase()
 }
 
-/// Indexes the files of a finding just written on `conn` (anchor: index-files).
+/// Indexes the files of a finding just written on `conn` (anchor: index-files). A task is not
+/// filed: related findings are never tasks, and a backlog of tasks on one file would otherwise
+/// be read and passed over by every lookup of that file.
 pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value, f: &Finding) -> Result<(), ApiError> {
+    if f.is_task() {
+        return Ok(());
+    }
     let seq = concept.get("seq").and_then(Value::as_i64).unwrap_or(0);
     for file in &f.files {
         conn.execute(
