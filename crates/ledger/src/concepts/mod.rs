@@ -173,22 +173,27 @@ pub fn load_concepts(
     const PER_STATEMENT: usize = 100;
     let mut out = std::collections::HashMap::with_capacity(ids.len());
     for chunk in ids.chunks(PER_STATEMENT) {
-        let (list, words) = crate::row_ids::id_list(2, chunk);
-        let mut bound = args![org].to_vec();
-        bound.extend(words);
-        for c in conn.query(
-            &format!(
-                "SELECT {CONCEPT_COLS} FROM concepts c WHERE c.org_id = ?1 AND c.id IN {list}"
-            ),
-            &bound,
-            concept_json,
-        )? {
+        let (list, bound) = crate::row_ids::id_list(1, chunk);
+        let rows = conn.query(&load_concepts_sql(&list), &bound, |r| {
+            Ok((concept_json(r)?, r.get::<String>(CONCEPT_COLS_COUNT)?))
+        })?;
+        for (c, owner) in rows {
+            if owner != org {
+                continue;
+            }
             if let Some(id) = c.get("id").and_then(Value::as_str) {
                 out.insert(id.to_string(), c);
             }
         }
     }
     Ok(out)
+}
+
+/// [`load_concepts`]'s query for an id list. The org is checked on the rows read: named in the
+/// query, it led SQLite's planner (with no statistics) to walk the org's concepts by age rather
+/// than look up the few ids.
+fn load_concepts_sql(list: &str) -> String {
+    format!("SELECT {CONCEPT_COLS}, c.org_id FROM concepts c WHERE c.id IN {list}")
 }
 
 fn claim_text(claim: Option<&Value>) -> Option<String> {
@@ -209,5 +214,52 @@ pub fn client_claim(pointer: &Map<String, Value>) -> Result<Option<&Value>, ApiE
         None | Some(Value::Null) => Ok(None),
         Some(v @ Value::Object(_)) => Ok(Some(v)),
         Some(_) => Err(ApiError::bad("pointer.client_claim: must be an object")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::args;
+
+    #[test]
+    fn load_concepts_looks_up_each_id_and_keeps_the_orgs_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::db::open_connection(dir.path()).unwrap();
+        let row = |id: &str, org: &str| {
+            format!(
+                "INSERT OR IGNORE INTO orgs VALUES ('{org}', '{org}', 0);
+                 INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer,
+                                       priority, created_at, updated_at)
+                   VALUES ('{id}', '{org}', 'note', 'metabob_annotation', 's', 'c', '{{}}', 0.5,
+                           0, 0);"
+            )
+        };
+        conn.execute_batch(&format!(
+            "{}{}{}",
+            row("c_1", "org_a"),
+            row("c_2", "org_b"),
+            row("c_3", "org_a")
+        ))
+        .unwrap();
+        let sql = Sql::Lite(&conn);
+        let ids = ["c_1", "c_2", "c_3", "c_none"].map(String::from);
+        let mut found: Vec<String> = load_concepts(sql, "org_a", &ids)
+            .unwrap()
+            .into_keys()
+            .collect();
+        found.sort();
+        assert_eq!(found, ["c_1", "c_3"]);
+        let plan: Vec<String> = sql
+            .query(
+                &format!("EXPLAIN QUERY PLAN {}", load_concepts_sql("(?1, ?2)")),
+                args!["c_1", "c_2"],
+                |r| r.get::<String>(3),
+            )
+            .unwrap();
+        assert_eq!(
+            plan,
+            ["SEARCH c USING INDEX sqlite_autoindex_concepts_1 (id=?)"]
+        );
     }
 }
