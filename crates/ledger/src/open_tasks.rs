@@ -310,22 +310,25 @@ const TASK_COLUMNS: &str = "o.concept_id, o.task_id, o.severity, o.repo, o.files
 /// [`free_page`]'s query for `keys` keys: per key, the tasks no holder was seen on, one ordered
 /// range of the index, and those whose holder's claim has lapsed (few: a cell that stopped
 /// without giving its task back), all in one statement, so a page costs one round trip and
-/// never steps over the tasks held at the front of a backlog, however many.
+/// never steps over the tasks held at the front of a backlog, however many. The free range is
+/// ordered by `lapses` too, all null there, so that it is the index's own order on PostgreSQL,
+/// whose planner does not take `IS NULL` for a constant: ordered by rank and age alone, it read
+/// and sorted every free task of the key for each page (7 ms a take at 2,000 open tasks).
 pub fn free_page_sql(keys: usize) -> String {
-    let part = |key: usize, i: usize, state: &str| {
+    let part = |key: usize, i: usize, state: &str, order: &str| {
         format!(
             "SELECT * FROM (SELECT {TASK_COLUMNS} FROM open_task_keys k
                JOIN open_tasks o ON o.org_id = k.org_id AND o.concept_id = k.concept_id
                WHERE k.org_id = ?1 AND k.repo_key = ?{key} AND {state}
                  AND (k.rank, k.seq) > (?2, ?3) AND o.blocked = 0
-               ORDER BY k.rank, k.seq LIMIT ?5) AS page{i}"
+               ORDER BY {order} LIMIT ?5) AS page{i}"
         )
     };
     (0..keys)
         .flat_map(|i| {
             [
-                part(6 + i, 2 * i, "k.lapses IS NULL"),
-                part(6 + i, 2 * i + 1, "k.lapses <= ?4"),
+                part(6 + i, 2 * i, "k.lapses IS NULL", "k.lapses, k.rank, k.seq"),
+                part(6 + i, 2 * i + 1, "k.lapses <= ?4", "k.rank, k.seq"),
             ]
         })
         .collect::<Vec<_>>()
