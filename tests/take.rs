@@ -315,16 +315,13 @@ fn fill_window(w: &World, n: usize) {
         for t in 0..8 {
             scope.spawn(move || {
                 for i in (t..n).step_by(8) {
-                    let content = format!(
-                        "repo: example.test/other/filler\nfiles: f{i}.py\nseverity: LOW\ncategory: style\nstatus: open\nfinding_ids: agf_{i:016x}\n\nfiller"
-                    );
-                    let (status, v) = w.ledger.resolve(
-                        &w.key,
-                        json!({"type": "concept_create_write", "conceptData": {
-                            "content": content, "summary": format!("[LOW][style] f{i}.py: filler"),
-                            "shape": "code_finding", "source_type": "metabob_annotation"}}),
-                    );
-                    assert_eq!(status, 201, "{v}");
+                    let filler = Raw {
+                        repo: "example.test/other/filler",
+                        file: &format!("f{i}.py"),
+                        severity: "LOW",
+                        category: "style",
+                    };
+                    record_raw(w, &filler, i);
                 }
             });
         }
@@ -463,18 +460,43 @@ fn findings_on_files_is_bounded_and_answers_only_the_keys_org() {
 }
 
 /// Records a task of `repo` on `file` straight through the substrate; its concept id.
-fn record_raw_task(w: &World, repo: &str, file: &str, severity: &str, n: usize) -> String {
+/// A finding written straight to the ledger, as any client could: no cell command involved.
+struct Raw<'a> {
+    repo: &'a str,
+    file: &'a str,
+    severity: &'a str,
+    category: &'a str,
+}
+
+/// Records `raw` with id number `n`; answers its concept id.
+fn record_raw(w: &World, raw: &Raw<'_>, n: usize) -> String {
+    let Raw {
+        repo,
+        file,
+        severity,
+        category,
+    } = raw;
     let content = format!(
-        "repo: {repo}\nfiles: {file}\nseverity: {severity}\ncategory: task\nstatus: open\nfinding_ids: agf_{n:016x}\n\nstep {n}"
+        "repo: {repo}\nfiles: {file}\nseverity: {severity}\ncategory: {category}\nstatus: open\nfinding_ids: agf_{n:016x}\n\nstep {n}"
     );
     let (status, v) = w.ledger.resolve(
         &w.key,
         json!({"type": "concept_create_write", "conceptData": {
-            "content": content, "summary": format!("[{severity}][task] {file}: step {n}"),
+            "content": content, "summary": format!("[{severity}][{category}] {file}: step {n}"),
             "shape": "code_finding", "source_type": "metabob_annotation"}}),
     );
     assert_eq!(status, 201, "{v}");
     v["concept"]["id"].as_str().unwrap().to_string()
+}
+
+fn record_raw_task(w: &World, repo: &str, file: &str, severity: &str, n: usize) -> String {
+    let task = Raw {
+        repo,
+        file,
+        severity,
+        category: "task",
+    };
+    record_raw(w, &task, n)
 }
 
 #[test]
