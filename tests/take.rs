@@ -294,14 +294,21 @@ fn a_take_refuses_bad_input_and_other_orgs_tasks_and_read_only_keys() {
 fn a_ledger_without_the_take_neither_advertises_nor_serves_it() {
     let w = world(&["--no-take"]);
     let t = w.tasks(1);
-    let (_, cap) = w.ledger.resolve(
-        &w.key,
-        json!({"type": "vesselCapability", "shape": "taskTake_write"}),
-    );
-    assert_eq!(cap["vessels"], json!([]));
+    // Nor the verdict write, the other shape a substrate without the ledger's own writes lacks.
+    for shape in ["taskTake_write", "verdict_write"] {
+        let (_, cap) = w
+            .ledger
+            .resolve(&w.key, json!({"type": "vesselCapability", "shape": shape}));
+        assert_eq!(cap["vessels"], json!([]), "{shape}");
+    }
     let (status, v) = w.take(&[&t[0]], "cell-a");
     assert_eq!(status, 404, "{v}");
     assert_eq!(v["shape"], "taskTake_write");
+    let (status, v) = w.ledger.resolve(
+        &w.key,
+        json!({"type": "verdict_write", "trace": "t", "conceptData": {}}),
+    );
+    assert_eq!(status, 404, "{v}");
     let out = w.env.task_pull(&w.url, "c1", &["--json"]);
     assert_eq!(out.code, 0, "{out:?}");
     let report: Value = serde_json::from_str(&out.stdout).unwrap();

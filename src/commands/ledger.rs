@@ -122,7 +122,8 @@ pub struct ServeArgs {
     /// How long a producer may take to answer a forwarded pointer
     #[arg(long, value_name = "N", default_value_t = metabob_ledger::DEFAULT_FORWARD_TIMEOUT_MS)]
     pub forward_timeout_ms: u64,
-    /// Serve and advertise no atomic take, as a substrate without one: cells claim by read-back
+    /// Serve and advertise neither the atomic take nor the verdict write, as a substrate without
+    /// them: cells claim by read-back and write a verdict, its link and its credit apart
     #[arg(long)]
     pub no_take: bool,
     #[arg(long, value_name = "MS", help = metabob_ledger::REQUEST_BUDGET.flag_help())]

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{World, json_out, world};
+use super::{World, json_out, world, world_with};
 
 impl World {
     /// Verdicts about fixes, leaving out the claim rows `task pull` writes.
@@ -294,4 +294,60 @@ fn a_fix_committed_days_before_the_finding_closes_when_it_touches_its_files() {
             .contains("fix_predates_finding: yes"),
         "{fixed}"
     );
+}
+
+#[test]
+fn a_closing_verdict_is_linked_to_its_finding_and_credits_it_on_either_ledger() {
+    // The ledger as shipped writes the three in one write; one without it (`--no-take`) is
+    // written them as three requests. The rows must be the same.
+    for extra in [&[][..], &["--no-take"][..]] {
+        let w = world_with(extra);
+        let id = w.record_task("a.py", "a returns 4", "");
+        assert_eq!(w.pull("c1", &[]).0.code, 0);
+        let (_, work) = w.dirs("c1");
+        let fix = w.fix(&work, "a.py", &id, "a returns 4");
+        w.env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+        let (out, report) = w.close(&work, &["--commits", &format!("{fix}~1..{fix}")]);
+        assert_eq!(out.code, 0, "{extra:?}: {out:?}");
+        assert_eq!(outcome_of(&report, &id)["outcome"], "closed", "{report}");
+        let fixed: Vec<Value> = w
+            .verdicts()
+            .into_iter()
+            .filter(|c| c["content"].as_str().unwrap().contains("verdict: fixed"))
+            .collect();
+        assert_eq!(fixed.len(), 1, "{extra:?}: one verdict");
+        let content = fixed[0]["content"].as_str().unwrap();
+        let finding = content
+            .lines()
+            .find_map(|l| l.strip_prefix("finding_concept: "))
+            .unwrap();
+        let key = w.key();
+        let (status, graph) = w.ledger.resolve(
+            &key,
+            serde_json::json!({"type": "conceptGraph", "concept_id": fixed[0]["id"],
+                "direction": "outgoing"}),
+        );
+        assert_eq!(status, 200, "{graph}");
+        let edges: Vec<(&str, &str)> = graph["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["edge"]["edge_type"].as_str().unwrap(),
+                    e["neighbor"]["id"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(edges, [("derived_from", finding)], "{extra:?}");
+        let (_, stats) = w.ledger.resolve(
+            &key,
+            serde_json::json!({"type": "conceptUsageStats", "concept_id": finding}),
+        );
+        assert_eq!(
+            (&stats["total_uses"], &stats["successes"]),
+            (&serde_json::json!(1), &serde_json::json!(1)),
+            "{extra:?}: {stats}"
+        );
+    }
 }

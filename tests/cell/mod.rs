@@ -21,8 +21,13 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(&[])
+}
+
+/// [`world`] with a ledger started with `extra` arguments.
+fn world_with(extra: &[&str]) -> World {
     let env = TestEnv::new();
-    let ledger = env.ledger("main", &[]);
+    let ledger = env.ledger("main", extra);
     let (bare, url) = env.origin(
         "app",
         &[
@@ -123,14 +128,19 @@ impl World {
         snapshot(out, &self.env)
     }
 
-    fn verdicts(&self) -> Vec<Value> {
-        let key = serde_json::from_str::<Value>(
+    /// The key the cells use, from the config file the world wrote.
+    fn key(&self) -> String {
+        serde_json::from_str::<Value>(
             &std::fs::read_to_string(self.env.home().join(".substrate/config.json")).unwrap(),
         )
         .unwrap()["metabob"]["apiKey"]
             .as_str()
             .unwrap()
-            .to_string();
+            .to_string()
+    }
+
+    fn verdicts(&self) -> Vec<Value> {
+        let key = self.key();
         let url = self.ledger.url.clone();
         tokio::runtime::Runtime::new().unwrap().block_on(async move {
             use metabob_net::{NetClient, Request, Url};

@@ -290,6 +290,155 @@ fn graph_links_usage_stats_and_sequence() {
     assert_eq!(seq_of("both").len(), 3);
 }
 
+/// A verdict row about `finding`, as a client composes it.
+fn verdict_content(kind: &str, finding: &str) -> String {
+    metabob_wire::header::compose(
+        &[
+            ("session", "s1".to_string()),
+            ("verdict", kind.to_string()),
+            ("finding_ids", "agf_0123456789ab".to_string()),
+            ("finding_concept", finding.to_string()),
+            ("files", "a.py".to_string()),
+            ("origin", "remote".to_string()),
+        ],
+        "",
+    )
+}
+
+fn verdict_write(content: &str, shape: &str, trace: Value) -> Value {
+    json!({"type": "verdict_write", "trace": trace, "conceptData": {
+        "content": content, "shape": shape, "source_type": "finding", "summary": "v"}})
+}
+
+#[test]
+fn a_verdict_write_links_and_credits_in_one_write_and_refuses_what_is_no_verdict() {
+    let env = TestEnv::new();
+    let l = env.ledger("verdicts", &[]);
+    let (_, k) = l.create_key(&env, "default", "read,write");
+    let finding = id(&create(&l, &k, "a finding", "finding"));
+    let verdicts = || {
+        let (_, v) = resolve(
+            &l,
+            &k,
+            json!({"type": "conceptSearch", "shape": "finding_verdict", "limit": 100}),
+        );
+        v["total"].as_i64().unwrap()
+    };
+    let uses = || {
+        let (_, v) = resolve(
+            &l,
+            &k,
+            json!({"type": "conceptUsageStats", "concept_id": finding}),
+        );
+        (v["total_uses"].clone(), v["successes"].clone())
+    };
+
+    // A fix: the row, its link to the finding, and a success on the finding.
+    let (status, v) = resolve(
+        &l,
+        &k,
+        verdict_write(
+            &verdict_content("fixed", &finding),
+            "finding_verdict",
+            json!("close"),
+        ),
+    );
+    assert_eq!(status, 201, "{v}");
+    assert_eq!((&v["linked"], &v["credited"]), (&json!(true), &json!(true)));
+    let fixed = id(&v["concept"]);
+    let (_, graph) = resolve(
+        &l,
+        &k,
+        json!({"type": "conceptGraph", "concept_id": fixed, "direction": "outgoing"}),
+    );
+    let edges = graph["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 1, "{graph}");
+    assert_eq!(edges[0]["edge"]["edge_type"], "derived_from");
+    assert_eq!(id(&edges[0]["neighbor"]), finding);
+    assert_eq!(uses(), (json!(1), json!(1)));
+    let (_, history) = http(
+        &l.url,
+        "GET",
+        &format!("/concepts/{finding}/usage"),
+        Some(&apikey(&k)),
+        None,
+    );
+    assert_eq!(history["usage"][0]["trace_id"], format!("close:{fixed}"));
+
+    // A pending fix is linked and credits nothing.
+    let pending = verdict_content("fix pending (unpushed)", &finding);
+    let (status, v) = resolve(
+        &l,
+        &k,
+        verdict_write(&pending, "finding_verdict", json!("close")),
+    );
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(
+        (&v["linked"], &v["credited"]),
+        (&json!(true), &json!(false))
+    );
+    assert_eq!(uses(), (json!(1), json!(1)));
+
+    // A finding the org does not hold: the verdict stands, unlinked and uncredited.
+    let unknown = verdict_content("fixed", "concept_000000000000000000000000");
+    let (status, v) = resolve(
+        &l,
+        &k,
+        verdict_write(&unknown, "finding_verdict", json!("close")),
+    );
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(
+        (&v["linked"], &v["credited"]),
+        (&json!(false), &json!(false))
+    );
+    assert_eq!(verdicts(), 3);
+
+    // What is no verdict write is refused before anything is written.
+    let fixed_row = verdict_content("fixed", &finding);
+    for (pointer, says) in [
+        (
+            verdict_write(&fixed_row, "memo", json!("close")),
+            "conceptData.shape",
+        ),
+        (
+            verdict_write("just words", "finding_verdict", json!("close")),
+            "no verdict: line",
+        ),
+        (
+            verdict_write(
+                &metabob_wire::header::compose(&[("verdict", "fixed".into())], ""),
+                "finding_verdict",
+                json!("close"),
+            ),
+            "no finding_concept: line",
+        ),
+        (
+            verdict_write(&fixed_row, "finding_verdict", Value::Null),
+            "trace",
+        ),
+        (
+            verdict_write(&fixed_row, "finding_verdict", json!("two\nlines")),
+            "trace: one line",
+        ),
+    ] {
+        let (status, v) = resolve(&l, &k, pointer);
+        assert_eq!(status, 400, "{v}");
+        assert!(
+            v["detail"].as_str().unwrap_or_default().contains(says),
+            "{says}: {v}"
+        );
+    }
+    let (_, ro) = l.create_key(&env, "default", "read");
+    let (status, _) = resolve(
+        &l,
+        &ro,
+        verdict_write(&fixed_row, "finding_verdict", json!("close")),
+    );
+    assert_eq!(status, 403);
+    assert_eq!(verdicts(), 3);
+    assert_eq!(uses(), (json!(1), json!(1)));
+}
+
 #[test]
 fn discovery_shapes_and_refusals() {
     let env = TestEnv::new();

@@ -35,6 +35,7 @@ pub mod task_actions;
 pub mod task_edges;
 #[cfg(test)]
 mod test_support;
+pub mod verdict_write;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -200,7 +201,8 @@ pub struct ServeOptions {
     /// `SHAPE=URL` as given on the command line.
     pub producers: Vec<String>,
     pub forward_timeout_ms: u64,
-    /// Whether the atomic take is served and advertised (`--no-take` turns it off).
+    /// Whether the atomic take and the verdict write are served and advertised (`--no-take`
+    /// turns them off).
     pub take: bool,
     /// The limits named on the command line.
     pub limits: LimitFlags,

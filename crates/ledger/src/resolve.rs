@@ -28,7 +28,8 @@ pub struct Ledger {
     /// shape → producer URL, from `--producer`.
     pub producers: BTreeMap<String, String>,
     pub forward_timeout: Duration,
-    /// Whether `taskTake_write` is served (`ledger serve --no-take` says no).
+    /// Whether the shapes of [`ONE_WRITE_SHAPES`] are served (`ledger serve --no-take` says
+    /// no).
     pub take: bool,
     /// Each request's time budget for its database work (`METABOB_LEDGER_REQUEST_BUDGET_MS`).
     pub request_budget_ms: u64,
@@ -83,11 +84,12 @@ impl Ledger {
     }
 
     /// Whether the ledger answers `shape` itself: one of its own, not handed to a producer (only
-    /// goal board shapes can be, `parse_producers`), and not the take when it is turned off.
+    /// goal board shapes can be, `parse_producers`), and not one of [`ONE_WRITE_SHAPES`] when
+    /// they are turned off.
     fn serves(&self, shape: &str) -> bool {
         LEDGER_SHAPES.contains(&shape)
             && !self.producers.contains_key(shape)
-            && (self.take || shape != metabob_wire::claims::TAKE_SHAPE)
+            && (self.take || !ONE_WRITE_SHAPES.contains(&shape))
     }
 
     fn ledger_vessel(&self) -> Value {
@@ -157,12 +159,21 @@ impl Ledger {
     }
 }
 
+/// The ledger's own shapes that do in one write what a substrate without them is sent as
+/// several requests: the atomic take, and the verdict with its link and credit. `--no-take`
+/// serves neither, as such a substrate, so cells use the requests they replace.
+const ONE_WRITE_SHAPES: &[&str] = &[
+    metabob_wire::claims::TAKE_SHAPE,
+    metabob_wire::verdict::VERDICT_WRITE_SHAPE,
+];
+
 /// The writes the ledger makes itself with one concept-store transaction: each checks its key
 /// on the writer, in the same hop as the write (anchor: OWN_WRITES).
 const OWN_WRITES: &[&str] = &[
     "concept_create_write",
     "conceptLink_write",
     "conceptUsage_write",
+    metabob_wire::verdict::VERDICT_WRITE_SHAPE,
     metabob_wire::claims::TAKE_SHAPE,
     metabob_wire::task_action::TASK_ACTION_SHAPE,
 ];
@@ -322,6 +333,10 @@ fn own_write(
         "conceptUsage_write" => Ok((
             StatusCode::CREATED,
             RecordUsage::parse(&p, claim)?.run(w, org)?,
+        )),
+        metabob_wire::verdict::VERDICT_WRITE_SHAPE => Ok((
+            StatusCode::CREATED,
+            super::verdict_write::VerdictWrite::parse(&p, claim)?.run(w, org)?,
         )),
         metabob_wire::task_action::TASK_ACTION_SHAPE => Ok((
             StatusCode::OK,

@@ -89,7 +89,7 @@ impl VerdictKind {
         }
     }
 
-    fn parse(s: &str) -> Option<VerdictKind> {
+    pub fn parse(s: &str) -> Option<VerdictKind> {
         let s = s.trim().to_ascii_lowercase();
         Some(match s.as_str() {
             "fixed" | "endorsed" => VerdictKind::Fixed,
@@ -370,6 +370,30 @@ impl NewVerdict<'_> {
             }
         })
     }
+}
+
+/// The one write of a verdict with its link and credit (anchor: VERDICT_WRITE_SHAPE): the ledger
+/// writes the row, links it `derived_from` the finding its `finding_concept:` line names, and
+/// credits that finding as [`VerdictKind::credit`] says, in one transaction. A ledger that does
+/// not serve it is written the three requests it replaces.
+pub const VERDICT_WRITE_SHAPE: &str = "verdict_write";
+/// The longest surface name a verdict write's credit carries in its trace id.
+pub const MAX_TRACE_CHARS: usize = 64;
+
+impl NewVerdict<'_> {
+    /// The [`VERDICT_WRITE_SHAPE`] pointer: the concept write's, with the surface that writes it.
+    pub fn to_write(&self, trace: &str) -> Value {
+        let mut pointer = self.to_pointer();
+        pointer["type"] = json!(VERDICT_WRITE_SHAPE);
+        pointer["trace"] = json!(trace);
+        pointer
+    }
+}
+
+/// The usage row's trace id when a verdict credits its finding: the surface that wrote it and
+/// the verdict's concept, so the credit is traced to its verdict.
+pub fn credit_trace(trace: &str, verdict_concept: &str) -> String {
+    format!("{trace}:{verdict_concept}")
 }
 
 /// `conceptLink_write` tying a verdict to its finding, so a reader whose window the verdict fell

@@ -20,9 +20,14 @@ pub async fn write_concept(
     att: &Attachment,
     pointer: serde_json::Value,
 ) -> Result<String, ResolveError> {
-    let body = att.resolve(pointer).await?.ok("concept_create_write")?;
-    // What the ledger found worth saying about a write it took (a blocker already closed):
-    // said once here, for every writer.
+    const SHAPE: &str = "concept_create_write";
+    let body = att.resolve(pointer).await?.ok(SHAPE)?;
+    written_concept(&body, SHAPE)
+}
+
+/// The id of the concept a write of `shape` answers with. What the ledger found worth saying
+/// about a write it took (a blocker already closed) is said once here, for every writer.
+fn written_concept(body: &serde_json::Value, shape: &str) -> Result<String, ResolveError> {
     if let Some(notes) = body.get("notes").and_then(serde_json::Value::as_array) {
         for note in notes
             .iter()
@@ -35,7 +40,7 @@ pub async fn write_concept(
     body.get("concept")
         .and_then(metabob_wire::finding::concept_id)
         .ok_or_else(|| ResolveError::Answer {
-            shape: "concept_create_write".into(),
+            shape: shape.into(),
             status: 200,
             said: "the answer names no concept".into(),
         })

@@ -52,6 +52,15 @@ impl CreateConcept {
         })
     }
 
+    /// The row's shape and content as sent, for a write that composes more rows from them.
+    pub fn shape(&self) -> &str {
+        &self.shape
+    }
+
+    pub fn content(&self) -> &str {
+        &self.content
+    }
+
     /// Holds each of the row's texts to what every reader reads, so that no write key can
     /// store a row that blinds the readers of its org.
     fn check_size(&self) -> Result<(), ApiError> {

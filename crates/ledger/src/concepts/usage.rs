@@ -53,11 +53,46 @@ impl RecordUsage {
         })
     }
 
+    /// The credit a verdict gives its finding's concept (`verdict_write`): traced to the
+    /// verdict, with no activity or task.
+    pub fn credit(
+        concept_id: &str,
+        trace_id: String,
+        outcome: &'static str,
+        claim: Option<&Value>,
+    ) -> Self {
+        RecordUsage {
+            concept_id: concept_id.to_string(),
+            trace_id,
+            outcome,
+            activity_id: None,
+            task_id: None,
+            claim: claim_text(claim),
+        }
+    }
+
     // anchor: record-usage
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick()?;
         let tx = w.sql();
         load_concept(tx, org, &self.concept_id)?;
+        let id = self.insert(tx, org, now)?;
+        let usage = tx
+            .query_opt(
+                &format!("SELECT {USAGE_COLS} FROM usage WHERE id = ?1"),
+                args![&id],
+                usage_json,
+            )?
+            .ok_or_else(|| {
+                ApiError::Internal("the usage just written does not read back".into())
+            })?;
+        let concept = load_concept(tx, org, &self.concept_id)?;
+        Ok(json!({ "usage": usage, "concept": concept }))
+    }
+
+    /// Writes the usage row and moves the concept's counters, for a caller that knows the
+    /// concept is in `org`; the row's id.
+    pub fn insert(&self, tx: Sql<'_>, org: &str, now: i64) -> Result<String, ApiError> {
         let id = format!("usage_{}", random_hex(12));
         tx.execute(
             &format!("INSERT INTO usage (org_id, {USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
@@ -75,17 +110,7 @@ impl RecordUsage {
              WHERE org_id = ?1 AND id = ?2",
             args![org, self.concept_id, succ, fail, now],
         )?;
-        let usage = tx
-            .query_opt(
-                &format!("SELECT {USAGE_COLS} FROM usage WHERE id = ?1"),
-                args![&id],
-                usage_json,
-            )?
-            .ok_or_else(|| {
-                ApiError::Internal("the usage just written does not read back".into())
-            })?;
-        let concept = load_concept(tx, org, &self.concept_id)?;
-        Ok(json!({ "usage": usage, "concept": concept }))
+        Ok(id)
     }
 }
 

@@ -143,6 +143,7 @@ pub const REFUSED_WRITES: &[(&str, Refusal)] = &[
         "conceptUsage_write",
         Refusal::DedicatedTool("concept_record_usage"),
     ),
+    ("verdict_write", Refusal::DedicatedTool("mark_complete")),
     (
         "solicitationResponse_write",
         Refusal::DedicatedTool("submit_resolution"),
