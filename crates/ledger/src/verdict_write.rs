@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::concepts::{CreateConcept, Link, RecordUsage, load_concept};
+use super::concepts::{CreateConcept, Link, RecordUsage, concept_exists};
 use super::db::Writer;
 use super::errors::ApiError;
 use super::input::Fields;
@@ -60,7 +60,7 @@ impl VerdictWrite {
     }
 
     /// Writes the row as `concept_create_write` does (under its findings' holder locks), then,
-    /// when the finding's concept is in the org, the link and the credit. A finding the org
+    /// when the finding's concept is in the org, the credit and the link. A finding the org
     /// does not hold leaves the verdict standing unlinked, as a failed link request did: the
     /// answer says so.
     // anchor: verdict-write
@@ -70,29 +70,29 @@ impl VerdictWrite {
             .as_str()
             .ok_or_else(|| ApiError::Internal("the verdict written has no id".into()))?
             .to_string();
-        let linked = match load_concept(w.sql(), org, &self.finding) {
-            Ok(_) => true,
-            Err(ApiError::ConceptNotFound { .. }) => false,
-            Err(e) => return Err(e),
+        let now = w.tick()?;
+        // The credit, when there is one, finds the finding's concept as it counts: no read
+        // before it.
+        let credited = match self.kind.credit() {
+            Some(outcome) => RecordUsage::credit(
+                &self.finding,
+                credit_trace(&self.trace, &id),
+                outcome,
+                self.claim.as_ref(),
+            )
+            .insert(w.sql(), org, now)?
+            .is_some(),
+            None => false,
         };
-        let credit = self.kind.credit().filter(|_| linked);
+        let linked = credited || concept_exists(w.sql(), org, &self.finding)?;
         if linked {
-            let now = w.tick()?;
             let link = link_pointer(&id, &self.finding);
             // The verdict was created by this write, so no edge from it exists yet.
             Link::parse(&Fields::composed(&link), self.claim.as_ref())?
                 .insert_fresh(w, org, now)?;
-            if let Some(outcome) = credit {
-                let trace = credit_trace(&self.trace, &id);
-                RecordUsage::credit(&self.finding, trace, outcome, self.claim.as_ref()).insert(
-                    w.sql(),
-                    org,
-                    now,
-                )?;
-            }
         }
         out["linked"] = json!(linked);
-        out["credited"] = json!(credit.is_some());
+        out["credited"] = json!(credited);
         Ok(out)
     }
 }

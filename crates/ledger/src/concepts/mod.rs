@@ -162,6 +162,17 @@ pub fn load_concept(conn: Sql<'_>, org: &str, id: &str) -> Result<Value, ApiErro
     .ok_or_else(|| ApiError::ConceptNotFound { id: id.to_string() })
 }
 
+/// Whether `org` holds the concept `id`, read without its row.
+pub fn concept_exists(conn: Sql<'_>, org: &str, id: &str) -> Result<bool, ApiError> {
+    Ok(conn
+        .query_opt(
+            "SELECT 1 FROM concepts WHERE org_id = ?1 AND id = ?2",
+            args![org, id],
+            |_| Ok(()),
+        )?
+        .is_some())
+}
+
 /// The concepts of `ids` in `org` that exist, by id, read a bounded number per statement: one
 /// round trip for the rows of a task where a read per row would be one each.
 pub fn load_concepts(

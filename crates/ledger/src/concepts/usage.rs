@@ -75,8 +75,11 @@ impl RecordUsage {
     pub fn run(&self, w: &mut Writer, org: &str) -> Result<Value, ApiError> {
         let now = w.tick()?;
         let tx = w.sql();
-        load_concept(tx, org, &self.concept_id)?;
-        let id = self.insert(tx, org, now)?;
+        let id = self
+            .insert(tx, org, now)?
+            .ok_or_else(|| ApiError::ConceptNotFound {
+                id: self.concept_id.clone(),
+            })?;
         let usage = tx
             .query_opt(
                 &format!("SELECT {USAGE_COLS} FROM usage WHERE id = ?1"),
@@ -90,27 +93,31 @@ impl RecordUsage {
         Ok(json!({ "usage": usage, "concept": concept }))
     }
 
-    /// Writes the usage row and moves the concept's counters, for a caller that knows the
-    /// concept is in `org`; the row's id.
-    pub fn insert(&self, tx: Sql<'_>, org: &str, now: i64) -> Result<String, ApiError> {
-        let id = format!("usage_{}", random_hex(12));
-        tx.execute(
-            &format!("INSERT INTO usage (org_id, {USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
-            args![org, id, self.concept_id, self.outcome, self.trace_id, self.activity_id, self.task_id, now, self.claim],
-        )?;
+    /// Moves the concept's counters and writes the usage row: the row's id, or `None` (and
+    /// nothing written) when `org` holds no such concept. The counters go first, since the rows
+    /// they change say whether the concept is there.
+    pub fn insert(&self, tx: Sql<'_>, org: &str, now: i64) -> Result<Option<String>, ApiError> {
         // Every outcome counts as a load; only success earns credit toward relevance.
         let (succ, fail) = match self.outcome {
             "success" => (1, 0),
             "failure" => (0, 1),
             _ => (0, 0),
         };
-        tx.execute(
+        let counted = tx.execute(
             "UPDATE concepts SET times_loaded = times_loaded + 1, times_succeeded = times_succeeded + ?3,
                  times_failed = times_failed + ?4, updated_at = ?5
              WHERE org_id = ?1 AND id = ?2",
             args![org, self.concept_id, succ, fail, now],
         )?;
-        Ok(id)
+        if counted == 0 {
+            return Ok(None);
+        }
+        let id = format!("usage_{}", random_hex(12));
+        tx.execute(
+            &format!("INSERT INTO usage (org_id, {USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+            args![org, id, self.concept_id, self.outcome, self.trace_id, self.activity_id, self.task_id, now, self.claim],
+        )?;
+        Ok(Some(id))
     }
 }
 
