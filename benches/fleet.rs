@@ -384,6 +384,14 @@ impl Ledgers {
     fn urls(&self) -> Vec<String> {
         self.replicas.iter().map(|l| l.url.clone()).collect()
     }
+
+    /// The replicas' process ids, as /proc names them, for their CPU.
+    fn pids(&self) -> Res<Vec<String>> {
+        self.replicas
+            .iter()
+            .map(|l| l.pid().map(|p| p.to_string()))
+            .collect()
+    }
 }
 
 /// User and system CPU seconds a process has used so far, from /proc/<pid>/stat.

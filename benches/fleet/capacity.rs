@@ -757,11 +757,7 @@ async fn run(
     if !ledger_takes(&atts[0]).await {
         return Err("capacity: the ledger does not offer the take".into());
     }
-    let pids = ledgers
-        .replicas
-        .iter()
-        .map(|l| l.pid().map(|p| p.to_string()))
-        .collect::<Res<Vec<_>>>()?;
+    let pids = ledgers.pids()?;
     let cluster = match store {
         Store::Sqlite => None,
         Store::Pg { .. } => Some(bench.cluster()?),

@@ -324,11 +324,7 @@ async fn ledger_writes(
         .as_str()
         .ok_or("key create printed no key")?
         .to_string();
-    let pids = ledgers
-        .replicas
-        .iter()
-        .map(|l| l.pid().map(|p| p.to_string()))
-        .collect::<Res<Vec<_>>>()?;
+    let pids = ledgers.pids()?;
     let server = match store {
         Store::Sqlite => None,
         Store::Pg { .. } => Some(bench.cluster()?),

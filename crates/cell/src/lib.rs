@@ -136,7 +136,7 @@ pub enum CellError {
 /// The advice, then what became of the work.
 fn and_then(hint: Option<String>, became: String) -> Option<String> {
     Some(match hint {
-        Some(hint) => format!("{hint}; {became}"),
+        Some(hint) => metabob_wire::report::join(hint, Some(&became)),
         None => became,
     })
 }

@@ -473,7 +473,7 @@ impl ReadyRequest {
 mod tests {
     use super::*;
     use crate::sql::args;
-    use crate::test_support::{finding, ledger};
+    use crate::test_support::{finding, ledger, query_plan};
 
     fn claimer(vessel: &str) -> TakeRequest {
         TakeRequest {
@@ -517,13 +517,13 @@ mod tests {
         // The same cell always tries the same one first.
         assert_eq!(first("cell-7"), first("cell-7"));
 
-        let plan: Vec<String> =
+        let plan =
             l.db.with_writer(|w| {
-                w.sql().query(
-                    &format!("EXPLAIN QUERY PLAN {}", open_tasks::free_page_sql(2)),
+                Ok(query_plan(
+                    w.sql(),
+                    &open_tasks::free_page_sql(2),
                     args!["org_a", 0_i64, 0_i64, 0_i64, 1_i64, "r:x", "v:x"],
-                    |r| r.get::<String>(3),
-                )
+                ))
             })
             .unwrap();
         // Per key, the free ones are one ordered range, no sort; the lapsed ones a range too.
@@ -539,13 +539,13 @@ mod tests {
         assert_eq!(range("lapses=? AND (rank,seq)>(?,?))"), 2, "{plan:?}");
         assert_eq!(range("lapses<?)"), 2, "{plan:?}");
         // The tasks a claimer holds, by holder: not every open task of the org by age.
-        let plan: Vec<String> =
+        let plan =
             l.db.with_writer(|w| {
-                w.sql().query(
-                    &format!("EXPLAIN QUERY PLAN {}", open_tasks::held_by_sql()),
+                Ok(query_plan(
+                    w.sql(),
+                    &open_tasks::held_by_sql(),
                     args!["org_a", "cell-7", 1_i64],
-                    |r| r.get::<String>(3),
-                )
+                ))
             })
             .unwrap();
         assert_eq!(

@@ -7,6 +7,7 @@ use crate::concepts::CreateConcept;
 use crate::db::{Budget, Db, Location};
 use crate::errors::ApiError;
 use crate::input::Fields;
+use crate::sql::{Arg, Sql};
 use metabob_process::random::new_finding_id;
 use metabob_wire::finding::{FindingStatus, NewFinding, Severity};
 
@@ -41,6 +42,15 @@ impl TestLedger {
             CreateConcept::parse(&fields, None)?.run(w, "org_a")
         }))
     }
+}
+
+/// SQLite's plan for `query` with `args` bound: one line per step, as `EXPLAIN QUERY PLAN`
+/// words it. The tests that pin a plan read it here.
+pub fn query_plan(sql: Sql<'_>, query: &str, args: &[Arg]) -> Vec<String> {
+    sql.query(&format!("EXPLAIN QUERY PLAN {query}"), args, |r| {
+        r.get::<String>(3)
+    })
+    .unwrap()
 }
 
 /// An open finding of `category` on `a.py` of one repository, with `details`.

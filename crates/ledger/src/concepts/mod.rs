@@ -261,13 +261,11 @@ mod tests {
             .collect();
         found.sort();
         assert_eq!(found, ["c_1", "c_3"]);
-        let plan: Vec<String> = sql
-            .query(
-                &format!("EXPLAIN QUERY PLAN {}", load_concepts_sql("(?1, ?2)")),
-                args!["c_1", "c_2"],
-                |r| r.get::<String>(3),
-            )
-            .unwrap();
+        let plan = crate::test_support::query_plan(
+            sql,
+            &load_concepts_sql("(?1, ?2)"),
+            args!["c_1", "c_2"],
+        );
         assert_eq!(
             plan,
             ["SEARCH c USING INDEX sqlite_autoindex_concepts_1 (id=?)"]

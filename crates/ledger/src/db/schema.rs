@@ -311,18 +311,16 @@ mod tests {
     #[test]
     fn a_version_3_file_gains_the_rank_index_and_search_reads_pages_off_it() {
         let (_dir, conn) = migrated_from(3, "");
-        let plan: Vec<String> = Sql::Lite(&conn)
-            .query(
-                &format!(
-                    "EXPLAIN QUERY PLAN SELECT c.seq, c.content FROM concepts c
-                     WHERE c.org_id = ?1 AND c.shape = ?2
-                     ORDER BY {} DESC, c.seq DESC LIMIT 300 OFFSET 900",
-                    crate::concepts::RELEVANCE_SQL
-                ),
-                args!["org", "verdict"],
-                |r| r.get::<String>(3),
-            )
-            .unwrap();
+        let plan = crate::test_support::query_plan(
+            Sql::Lite(&conn),
+            &format!(
+                "SELECT c.seq, c.content FROM concepts c
+                 WHERE c.org_id = ?1 AND c.shape = ?2
+                 ORDER BY {} DESC, c.seq DESC LIMIT 300 OFFSET 900",
+                crate::concepts::RELEVANCE_SQL
+            ),
+            args!["org", "verdict"],
+        );
         assert_eq!(
             plan,
             ["SEARCH c USING INDEX concepts_by_rank (org_id=? AND shape=?)"]
