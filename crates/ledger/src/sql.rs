@@ -400,6 +400,11 @@ impl<'c> Sql<'c> {
         }
     }
 
+    /// Whether `sql` answers any row: for a `SELECT 1 … LIMIT 1` that reads no column.
+    pub fn exists(self, sql: &str, args: &[Arg]) -> Result<bool, ApiError> {
+        Ok(self.query_opt(sql, args, |_| Ok(()))?.is_some())
+    }
+
     /// Statements with no parameters, run as one (transaction control, the schema).
     pub fn execute_batch(self, sql: &str) -> Result<(), ApiError> {
         match self {

@@ -316,23 +316,17 @@ fn reweigh(conn: Sql<'_>, org: &str, v: &Verdict) -> Result<(), ApiError> {
 }
 
 fn has_edges(conn: Sql<'_>, org: &str) -> Result<bool, ApiError> {
-    Ok(conn
-        .query_opt(
-            "SELECT 1 FROM task_edges WHERE org_id = ?1 LIMIT 1",
-            args![org],
-            |_| Ok(()),
-        )?
-        .is_some())
+    conn.exists(
+        "SELECT 1 FROM task_edges WHERE org_id = ?1 LIMIT 1",
+        args![org],
+    )
 }
 
 fn is_blocker(conn: Sql<'_>, org: &str, id: &str) -> Result<bool, ApiError> {
-    Ok(conn
-        .query_opt(
-            "SELECT 1 FROM task_edges WHERE org_id = ?1 AND blocker_id = ?2 LIMIT 1",
-            args![org, id],
-            |_| Ok(()),
-        )?
-        .is_some())
+    conn.exists(
+        "SELECT 1 FROM task_edges WHERE org_id = ?1 AND blocker_id = ?2 LIMIT 1",
+        args![org, id],
+    )
 }
 
 fn count(conn: Sql<'_>, org: &str, task_id: &str) -> Result<usize, ApiError> {
@@ -379,13 +373,10 @@ pub fn waits(conn: Sql<'_>, org: &str, task: &Finding) -> Result<Vec<OpenBlocker
 
 /// Whether some blocker of `task_id` holds it back now.
 pub fn blocked(conn: Sql<'_>, org: &str, task_id: &str) -> Result<bool, ApiError> {
-    Ok(conn
-        .query_opt(
-            "SELECT 1 FROM task_edges WHERE org_id = ?1 AND task_id = ?2 AND holds = 1 LIMIT 1",
-            args![org, task_id],
-            |_| Ok(()),
-        )?
-        .is_some())
+    conn.exists(
+        "SELECT 1 FROM task_edges WHERE org_id = ?1 AND task_id = ?2 AND holds = 1 LIMIT 1",
+        args![org, task_id],
+    )
 }
 
 /// The chain of waits from `from` to `to` (`from` first, `to` last), if `from` waits for `to`

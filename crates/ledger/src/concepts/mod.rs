@@ -164,13 +164,10 @@ pub fn load_concept(conn: Sql<'_>, org: &str, id: &str) -> Result<Value, ApiErro
 
 /// Whether `org` holds the concept `id`, read without its row.
 pub fn concept_exists(conn: Sql<'_>, org: &str, id: &str) -> Result<bool, ApiError> {
-    Ok(conn
-        .query_opt(
-            "SELECT 1 FROM concepts WHERE org_id = ?1 AND id = ?2",
-            args![org, id],
-            |_| Ok(()),
-        )?
-        .is_some())
+    conn.exists(
+        "SELECT 1 FROM concepts WHERE org_id = ?1 AND id = ?2",
+        args![org, id],
+    )
 }
 
 /// The concepts of `ids` in `org` that exist, by id, read a bounded number per statement: one
