@@ -93,10 +93,14 @@ impl Hint for LedgerError {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("not a PostgreSQL connection URL ({0})")]
-    PgUrl(#[source] postgres::Error),
+    PgUrl(#[source] tokio_postgres::Error),
     /// tokio-postgres names only the step ("error connecting to server"); why is its source.
     #[error("cannot connect")]
-    Connect(#[source] postgres::Error),
+    Connect(#[source] tokio_postgres::Error),
+    /// The connection's own I/O runtime could not start: the process is out of threads or file
+    /// descriptors.
+    #[error("cannot start the connection's I/O")]
+    Runtime(#[source] std::io::Error),
     /// The SQLite file's schema could not be brought up to date.
     #[error("bringing the schema up to date")]
     Schema(#[source] ApiError),
@@ -125,6 +129,7 @@ impl Hint for StoreError {
             }
             StoreError::PgSchema(_) => Some(LOG_HAS_IT.into()),
             StoreError::Locked { .. } => Some("try the backup again".into()),
+            StoreError::Runtime(_) => Some("raise the process's thread or open-file limit".into()),
             StoreError::Schema(_) | StoreError::CheckFailed { .. } => None,
         }
     }
@@ -470,9 +475,9 @@ impl From<rusqlite::Error> for ApiError {
     }
 }
 
-impl From<postgres::Error> for ApiError {
-    fn from(e: postgres::Error) -> Self {
-        use postgres::error::SqlState;
+impl From<tokio_postgres::Error> for ApiError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        use tokio_postgres::error::SqlState;
         match e.code() {
             Some(c) if *c == SqlState::QUERY_CANCELED => return ApiError::Interrupted,
             Some(c) if *c == SqlState::DISK_FULL => {

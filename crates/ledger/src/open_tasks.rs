@@ -102,7 +102,7 @@ pub fn on_insert_known(
                 let seq = concept.get("seq").and_then(Value::as_i64).unwrap_or(0);
                 // What ordering, the repository test and a take's report need, kept beside the
                 // id so that a take weighs every open task without reading one row.
-                conn.execute(
+                conn.execute_deferred(
                     "INSERT INTO open_tasks (org_id, concept_id, seq, task_id, severity, repo, files, summary)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
                     args![
@@ -150,7 +150,7 @@ fn file_keys(
     seq: i64,
 ) -> Result<(), ApiError> {
     for key in finding_keys(f.repo.as_deref().unwrap_or_default(), &f.files) {
-        conn.execute(
+        conn.execute_deferred(
             "INSERT INTO open_task_keys (org_id, repo_key, concept_id, rank, seq)
              VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
             args![org, &key, concept_id, f.severity as i64, seq],
@@ -220,7 +220,7 @@ fn settle(conn: Sql<'_>, org: &str, task: &Finding, rows: &[Verdict]) -> Result<
         Standing::Closed { .. } | Standing::Pending { .. }
     ) {
         for table in ["open_tasks", "open_task_keys"] {
-            conn.execute(
+            conn.execute_deferred(
                 &format!("DELETE FROM {table} WHERE org_id = ?1 AND concept_id = ?2"),
                 args![org, &task.concept_id],
             )?;
@@ -230,7 +230,7 @@ fn settle(conn: Sql<'_>, org: &str, task: &Finding, rows: &[Verdict]) -> Result<
     // Who holds it now, and until when: the holder rule's answer changes only with the rows,
     // and by the clock, which a reader of these columns applies itself.
     let held = claims::holder(rows, i64::MIN);
-    conn.execute(
+    conn.execute_deferred(
         "UPDATE open_tasks SET holder = ?3, held_since = ?4, held_until = ?5, held_claim = ?6
            WHERE org_id = ?1 AND concept_id = ?2",
         args![
@@ -242,7 +242,7 @@ fn settle(conn: Sql<'_>, org: &str, task: &Finding, rows: &[Verdict]) -> Result<
             held.as_ref().map(|h| h.concept_id.as_str()),
         ],
     )?;
-    conn.execute(
+    conn.execute_deferred(
         "UPDATE open_task_keys SET lapses = ?3 WHERE org_id = ?1 AND concept_id = ?2",
         args![org, &task.concept_id, held.as_ref().map(claims::lapses_at)],
     )?;

@@ -38,7 +38,7 @@ pub fn on_insert(conn: Sql<'_>, org: &str, concept: &Value) -> Result<(), ApiErr
     let seq = concept.get("seq").and_then(Value::as_i64).unwrap_or(0);
     let id = concept.get("id").and_then(Value::as_str).unwrap_or("");
     for finding_id in &ids {
-        conn.execute(
+        conn.execute_deferred(
             "INSERT INTO row_ids (org_id, finding_id, shape, seq, concept_id)
              VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
             args![org, finding_id, shape, seq, id],

@@ -4,11 +4,11 @@
 //! (full-text search, the holder lock, the clock, the schema) has a method here or its own text
 //! per store, so the callers stay one function each.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+mod pg;
 
-use postgres::types::{ToSql, Type};
+pub use pg::{ConnectError, PgConn};
 use serde_json::Value;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::ApiError;
 
@@ -121,67 +121,6 @@ pub enum Dialect {
     Postgres,
 }
 
-/// One PostgreSQL connection of the ledger, used by one thread at a time (a pool lends it out
-/// whole), with its prepared statements.
-pub struct PgConn {
-    client: RefCell<postgres::Client>,
-    prepared: RefCell<HashMap<(String, Vec<Type>), postgres::Statement>>,
-}
-
-/// Statements one connection keeps prepared; past this the cache starts over (searches build
-/// their text from the query's shape, so the set of texts is bounded but large).
-const MAX_PREPARED: usize = 512;
-
-impl PgConn {
-    pub fn new(client: postgres::Client) -> PgConn {
-        PgConn {
-            client: RefCell::new(client),
-            prepared: RefCell::default(),
-        }
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.client.borrow().is_closed()
-    }
-
-    fn statement(&self, sql: &str, args: &[Arg]) -> Result<postgres::Statement, ApiError> {
-        let types: Vec<Type> = args.iter().map(Arg::pg_type).collect();
-        let key = (sql.to_string(), types);
-        if let Some(s) = self.prepared.borrow().get(&key) {
-            return Ok(s.clone());
-        }
-        let stmt = self
-            .client
-            .borrow_mut()
-            .prepare_typed(&dollar_placeholders(sql), &key.1)?;
-        let mut cache = self.prepared.borrow_mut();
-        if cache.len() >= MAX_PREPARED {
-            cache.clear();
-        }
-        cache.insert(key, stmt.clone());
-        Ok(stmt)
-    }
-
-    /// Statements with no parameters, sent in one round trip (transaction control, DDL).
-    pub fn batch(&self, sql: &str) -> Result<(), ApiError> {
-        Ok(self.client.borrow_mut().batch_execute(sql)?)
-    }
-
-    /// [`PgConn::batch`], then the database's clock in milliseconds, in the same round trip.
-    pub fn batch_then_clock(&self, sql: &str) -> Result<i64, ApiError> {
-        let messages = self.client.borrow_mut().simple_query(&format!(
-            "{sql}; SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-        ))?;
-        messages
-            .iter()
-            .find_map(|m| match m {
-                postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
-                _ => None,
-            })
-            .ok_or_else(|| ApiError::Internal("the database answered no clock".into()))
-    }
-}
-
 /// `?N` and bare `?` placeholders as PostgreSQL's `$N`, leaving quoted text alone. A bare `?`
 /// takes the number after the largest seen so far, as SQLite numbers it.
 fn dollar_placeholders(sql: &str) -> String {
@@ -222,13 +161,13 @@ fn dollar_placeholders(sql: &str) -> String {
 /// A row of an answer, read by column number.
 pub enum Row<'r> {
     Lite(&'r rusqlite::Row<'r>),
-    Pg(&'r postgres::Row),
+    Pg(&'r tokio_postgres::Row),
 }
 
 /// A value a column can be read as.
 pub trait Column: Sized {
     fn lite(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Self>;
-    fn pg(r: &postgres::Row, i: usize) -> Result<Self, postgres::Error>;
+    fn pg(r: &tokio_postgres::Row, i: usize) -> Result<Self, tokio_postgres::Error>;
 }
 
 macro_rules! column {
@@ -237,7 +176,7 @@ macro_rules! column {
             fn lite(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Self> {
                 r.get(i)
             }
-            fn pg(r: &postgres::Row, i: usize) -> Result<Self, postgres::Error> {
+            fn pg(r: &tokio_postgres::Row, i: usize) -> Result<Self, tokio_postgres::Error> {
                 r.try_get(i)
             }
         }
@@ -275,12 +214,7 @@ impl<'c> Sql<'c> {
             Sql::Lite(c) => Ok(c
                 .prepare_cached(sql)?
                 .execute(rusqlite::params_from_iter(args))?),
-            Sql::Pg(c) => {
-                let stmt = c.statement(sql, args)?;
-                let params: Vec<_> = args.iter().map(Arg::pg).collect();
-                let n = c.client.borrow_mut().execute(&stmt, &params)?;
-                Ok(usize::try_from(n).unwrap_or(usize::MAX))
-            }
+            Sql::Pg(c) => Ok(usize::try_from(c.execute(sql, args)?).unwrap_or(usize::MAX)),
         }
     }
 
@@ -301,12 +235,7 @@ impl<'c> Sql<'c> {
                 }
                 Ok(out)
             }
-            Sql::Pg(c) => {
-                let stmt = c.statement(sql, args)?;
-                let params: Vec<_> = args.iter().map(Arg::pg).collect();
-                let rows = c.client.borrow_mut().query(&stmt, &params)?;
-                rows.iter().map(|r| f(&Row::Pg(r))).collect()
-            }
+            Sql::Pg(c) => c.query(sql, args, f),
         }
     }
 
@@ -330,19 +259,7 @@ impl<'c> Sql<'c> {
                 }
                 Ok(())
             }
-            Sql::Pg(c) => {
-                use postgres::fallible_iterator::FallibleIterator;
-                let stmt = c.statement(sql, args)?;
-                let params: Vec<_> = args.iter().map(Arg::pg).collect();
-                let mut client = c.client.borrow_mut();
-                let mut rows = client.query_raw(&stmt, params)?;
-                while let Some(r) = rows.next()? {
-                    if !f(&Row::Pg(&r))? {
-                        break;
-                    }
-                }
-                Ok(())
-            }
+            Sql::Pg(c) => c.query_until(sql, args, f),
         }
     }
 
@@ -363,11 +280,14 @@ impl<'c> Sql<'c> {
                 }
             }
             Sql::Pg(c) => {
-                let stmt = c.statement(sql, args)?;
-                let params: Vec<_> = args.iter().map(Arg::pg).collect();
                 // The first row is the answer, as on SQLite, however many there are.
-                let rows = c.client.borrow_mut().query(&stmt, &params)?;
-                rows.first().map(|r| f(&Row::Pg(r))).transpose()
+                let mut f = Some(f);
+                let mut first = None;
+                c.query_until(sql, args, |r| {
+                    first = f.take().map(|f| f(r));
+                    Ok(false)
+                })?;
+                first.transpose()
             }
         }
     }
@@ -394,9 +314,24 @@ impl<'c> Sql<'c> {
                 Ok(v)
             }
             Err(e) => {
-                let _ = self.execute_batch(rollback);
+                let _ = match self {
+                    Sql::Lite(c) => Ok(c.execute_batch(rollback)?),
+                    Sql::Pg(c) => c.rollback(),
+                };
                 Err(e)
             }
+        }
+    }
+
+    /// Runs one statement whose answer the caller does not read (anchor: execute_deferred): on
+    /// PostgreSQL it goes out with the next statement that is read, or with the `COMMIT`, in the
+    /// same round trip, and if it fails that statement answers its error and the transaction is
+    /// undone; on SQLite, in the same process, it runs at once. For the rows a write adds after
+    /// it has decided what to write, never for one whose count decides anything.
+    pub fn execute_deferred(self, sql: &str, args: &[Arg]) -> Result<(), ApiError> {
+        match self {
+            Sql::Lite(_) => self.execute(sql, args).map(drop),
+            Sql::Pg(c) => c.execute_deferred(sql, args),
         }
     }
 

@@ -48,7 +48,7 @@ impl Link {
 
     fn insert(&self, tx: crate::sql::Sql<'_>, org: &str, now: i64) -> Result<String, ApiError> {
         let id = format!("edge_{}", random_hex(12));
-        tx.execute(
+        tx.execute_deferred(
             "INSERT INTO edges (id, org_id, from_id, to_id, edge_type, weight, traversal_count, description,
                                 created_at, updated_at, client_claim)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?8, ?9)",

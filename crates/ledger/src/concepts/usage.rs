@@ -113,7 +113,7 @@ impl RecordUsage {
             return Ok(None);
         }
         let id = format!("usage_{}", random_hex(12));
-        tx.execute(
+        tx.execute_deferred(
             &format!("INSERT INTO usage (org_id, {USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
             args![org, id, self.concept_id, self.outcome, self.trace_id, self.activity_id, self.task_id, now, self.claim],
         )?;

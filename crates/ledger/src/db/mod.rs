@@ -55,7 +55,7 @@ impl Location {
         let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         match scheme.as_deref() {
             Some("postgres" | "postgresql") => {
-                url.parse::<postgres::Config>()
+                url.parse::<tokio_postgres::Config>()
                     .map_err(|e| LedgerError::Store {
                         at: redact_url_credentials(url),
                         source: StoreError::PgUrl(e),
@@ -82,8 +82,8 @@ impl Location {
 pub struct Writer<'c> {
     sql: Sql<'c>,
     last_ms: &'c mut i64,
-    /// The database's clock as read with the transaction's `BEGIN`, and when: a tick that
-    /// takes no holder lock counts on from it instead of asking again (PostgreSQL's writes).
+    /// The database's clock as this write last read it, and when: a tick that takes no holder
+    /// lock counts on from it instead of asking again (PostgreSQL's writes).
     clock: Option<(i64, std::time::Instant)>,
 }
 
@@ -110,15 +110,18 @@ impl<'c> Writer<'c> {
     /// same round trip as the clock is read ([`Sql::lock_holders_then_clock`]).
     pub fn tick_holding(&mut self, org: &str, ids: &[String]) -> Result<i64, ApiError> {
         let now = match self.clock {
-            // No lock to wait for, so no write can commit between the clock read with BEGIN
-            // and now that this tick's time must follow.
+            // No lock to wait for, so no write can commit between the clock read earlier in
+            // this transaction and now that this tick's time must follow.
             Some((ms, at)) if ids.is_empty() => {
                 ms.saturating_add(i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX))
             }
-            _ => self
-                .sql
-                .lock_holders_then_clock(org, ids)?
-                .unwrap_or_else(now_ms),
+            _ => match self.sql.lock_holders_then_clock(org, ids)? {
+                Some(ms) => {
+                    self.clock = Some((ms, std::time::Instant::now()));
+                    ms
+                }
+                None => now_ms(),
+            },
         };
         *self.last_ms = now.max(*self.last_ms + 1);
         Ok(*self.last_ms)
@@ -388,9 +391,7 @@ impl Db {
                     budget.arm(c);
                     f(Sql::Lite(c))
                 }
-                pg @ Sql::Pg(_) => {
-                    pg_bounded(pg, budget, "BEGIN READ ONLY", false, |sql, _| f(sql))
-                }
+                pg @ Sql::Pg(_) => pg_bounded(pg, budget, "BEGIN READ ONLY", f),
             };
             lease.clean = true;
             budget.settle(out)
@@ -465,7 +466,7 @@ impl Db {
                     })
                 });
                 if let (Some(pool), Handle::Pg(c)) = (self.0.pool(Kind::Writer), &conn)
-                    && !c.is_closed()
+                    && c.reusable()
                 {
                     lock(&pool.idle).push(conn);
                 }

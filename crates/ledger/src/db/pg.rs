@@ -7,7 +7,7 @@ use super::pool::Lease;
 use super::schema::migrate_sql;
 use super::{Budget, Writer, run_caught};
 use crate::errors::{ApiError, LedgerError, StoreError};
-use crate::sql::{PgConn, Sql};
+use crate::sql::{ConnectError, PgConn, Sql};
 use metabob_process::guard::redact_url_credentials;
 
 /// How long opening a PostgreSQL connection may take before the ledger says it cannot.
@@ -19,15 +19,18 @@ pub(super) fn open_pg(url: &str) -> Result<PgConn, LedgerError> {
         at: redact_url_credentials(url),
         source,
     };
-    let mut config: postgres::Config = (url.parse()).map_err(|e| fail(StoreError::PgUrl(e)))?;
+    let mut config: tokio_postgres::Config =
+        (url.parse()).map_err(|e| fail(StoreError::PgUrl(e)))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(PG_CONNECT_TIMEOUT);
     }
     config.application_name("metabob-ledger");
-    let client = config
-        .connect(postgres::NoTls)
-        .map_err(|e| fail(StoreError::Connect(e)))?;
-    Ok(PgConn::new(client))
+    PgConn::connect(&config).map_err(|e| {
+        fail(match e {
+            ConnectError::Runtime(e) => StoreError::Runtime(e),
+            ConnectError::Pg(e) => StoreError::Connect(e),
+        })
+    })
 }
 
 /// Connections a replica writes through on PostgreSQL. Each write is its own transaction, and
@@ -39,36 +42,30 @@ const PG_WRITE_ATTEMPTS: usize = 3;
 
 /// Runs `f` on a PostgreSQL connection inside one transaction opened by `begin`, with the
 /// budget's remaining time as the statement timeout: PostgreSQL cancels a statement still
-/// running at the deadline, which the budget answers as exceeded. Committed on `Ok`. With
-/// `clock`, the database's clock is read in the same round trip as `begin` and handed to `f`.
+/// running at the deadline, which the budget answers as exceeded. Committed on `Ok`. The
+/// `BEGIN` goes out with `f`'s first statement ([`Sql::execute_deferred`]), so a transaction
+/// costs no round trip of its own.
 pub(super) fn pg_bounded<'c, T>(
     sql: Sql<'c>,
     budget: Budget,
     begin: &str,
-    clock: bool,
-    f: impl FnOnce(Sql<'c>, Option<i64>) -> Result<T, ApiError>,
+    f: impl FnOnce(Sql<'c>) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
     let Sql::Pg(c) = sql else {
-        return f(sql, None);
+        return f(sql);
     };
     let left = budget.left_ms();
     if left == 0 {
         return Err(budget.exceeded());
     }
-    let begin = format!("{begin}; SET LOCAL statement_timeout = {left}");
-    let now = if clock {
-        Some(c.batch_then_clock(&begin)?)
-    } else {
-        c.batch(&begin)?;
-        None
-    };
-    match f(sql, now) {
+    c.batch_deferred(&format!("{begin}; SET LOCAL statement_timeout = {left}"));
+    match f(sql) {
         Ok(v) => {
             c.batch("COMMIT")?;
             Ok(v)
         }
         Err(e) => {
-            c.batch("ROLLBACK")?;
+            c.rollback()?;
             Err(e)
         }
     }
@@ -85,13 +82,13 @@ pub(super) fn pg_write<T>(
     let mut attempt = 1;
     let out = loop {
         let mut last_ms = 0;
-        let out = pg_bounded(sql, budget, "BEGIN", true, |sql, now| {
+        let out = pg_bounded(sql, budget, "BEGIN", |sql| {
             run_caught(
                 f,
                 &mut Writer {
                     sql,
                     last_ms: &mut last_ms,
-                    clock: now.map(|ms| (ms, std::time::Instant::now())),
+                    clock: None,
                 },
             )
         });

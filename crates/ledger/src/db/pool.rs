@@ -98,7 +98,7 @@ impl Drop for Lease {
         let Some(conn) = self.conn.take() else { return };
         match &conn {
             Handle::Lite(c) => disarm(c),
-            Handle::Pg(c) if !self.clean || c.is_closed() => return,
+            Handle::Pg(c) if !self.clean || !c.reusable() => return,
             Handle::Pg(_) => {}
         }
         if let Some(pool) = self.inner.pool(self.kind) {
