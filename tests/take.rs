@@ -134,6 +134,64 @@ fn a_taken_task_is_held_for_every_reader_and_its_holder_can_renew_and_release_it
     assert_eq!(v["taken"]["concept_id"], t[0].as_str(), "{v}");
 }
 
+/// The claim's link is the take's last statement, one PostgreSQL sends only with the `COMMIT`
+/// (SPEC.md §PostgreSQL store, round trips). When the store refuses it, the whole take is undone
+/// and answered as the store's failure, without the store's words: no claim row is left to hold
+/// the task, so the next take claims it, and it holds one claim row.
+#[test]
+fn a_take_whose_last_statement_the_store_refuses_is_undone_whole() {
+    let w = world(&[]);
+    let t = w.tasks(1);
+    let store = |statement: &str| match &w.ledger.store {
+        Some(url) => {
+            crate::support::pg::sql(url, statement);
+        }
+        None => rusqlite::Connection::open(w.ledger.data.join("ledger.db"))
+            .and_then(|db| db.execute_batch(statement))
+            .unwrap(),
+    };
+    let count = |sql: &str| -> i64 {
+        match &w.ledger.store {
+            Some(url) => crate::support::pg::sql(url, sql).parse().unwrap(),
+            None => rusqlite::Connection::open(w.ledger.data.join("ledger.db"))
+                .and_then(|db| db.query_row(sql, [], |r| r.get(0)))
+                .unwrap(),
+        }
+    };
+    let claims = "SELECT count(*) FROM concepts WHERE shape = 'finding_verdict'";
+    store(match &w.ledger.store {
+        Some(_) => {
+            "CREATE FUNCTION refuse_edges() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+             CREATE TRIGGER refuse_edges BEFORE INSERT ON edges
+               FOR EACH ROW EXECUTE FUNCTION refuse_edges();"
+        }
+        None => {
+            "CREATE TRIGGER refuse_edges BEFORE INSERT ON edges
+               BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;"
+        }
+    });
+    let (status, v) = w.take(&[&t[0]], "cell-a");
+    assert_eq!(status, 500, "{v}");
+    assert_eq!(v["error"], "internal", "{v}");
+    assert!(!v.to_string().contains("refused"), "no store text: {v}");
+    assert_eq!(count(claims), 0, "nothing of the refused take was kept");
+    store(match &w.ledger.store {
+        Some(_) => "DROP TRIGGER refuse_edges ON edges",
+        None => "DROP TRIGGER refuse_edges",
+    });
+    let (status, v) = w.take(&[&t[0]], "cell-b");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["taken"]["outcome"], "claimed", "{v}");
+    assert_eq!(v["taken"]["held"]["holder"], "cell-b", "{v}");
+    assert_eq!(count(claims), 1);
+    assert_eq!(
+        count("SELECT count(*) FROM edges"),
+        1,
+        "the claim's link, once"
+    );
+}
+
 /// A failure passes the task over for the cell that failed it (`failed_here`) and no other; a
 /// park passes it over for everyone, as closed, until it is reopened.
 #[test]
