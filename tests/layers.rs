@@ -86,7 +86,12 @@ const RULES: &[(&str, &[&str], &str)] = &[
     ),
     (
         "metabob-cell",
-        &["metabob-ledger", "metabob-mcp-server", "rmcp", "tokio-postgres"],
+        &[
+            "metabob-ledger",
+            "metabob-mcp-server",
+            "rmcp",
+            "tokio-postgres",
+        ],
         "a cell talks to the ledger over the attachment and serves no MCP itself",
     ),
 ];
