@@ -124,10 +124,19 @@ async fn path_activity_shows_landings_holds_lapses_and_the_queue_from_one_cached
     let w = world(&[]);
     let s = Session::start(&w.env, &w.checkout, Client::default()).await;
     s.ok("init_workspace", json!({})).await;
-    // Before any read, the other tools say the gaps are not loaded, and read nothing.
-    let impact = s
-        .ok("assign_git_changes", json!({"changed_files": ["a.py"]}))
-        .await;
+    // Before any read, the other tools say the gaps are not loaded, and read nothing. They
+    // never wait for the session's attachment, which settles in the background: until it has,
+    // they add no gap line at all, so ask again (for at most 10 s) until one is there.
+    let mut impact = String::new();
+    for _ in 0..100 {
+        impact = s
+            .ok("assign_git_changes", json!({"changed_files": ["a.py"]}))
+            .await;
+        if impact.contains("Open gaps on these files") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
         impact.contains("Open gaps on these files: not loaded"),
         "{impact}"
