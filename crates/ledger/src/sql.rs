@@ -6,7 +6,7 @@
 
 mod pg;
 
-pub use pg::{ConnectError, PgConn};
+pub use pg::PgConn;
 use serde_json::Value;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -303,23 +303,28 @@ impl<'c> Sql<'c> {
         self,
         f: impl FnOnce(Sql<'c>) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
-        let (begin, commit, rollback) = match self {
-            Sql::Lite(_) => ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"),
-            Sql::Pg(_) => ("BEGIN", "COMMIT", "ROLLBACK"),
+        let begin = match self {
+            Sql::Lite(_) => "BEGIN IMMEDIATE",
+            Sql::Pg(_) => "BEGIN",
         };
         self.execute_batch(begin)?;
         match f(self) {
             Ok(v) => {
-                self.execute_batch(commit)?;
+                self.execute_batch("COMMIT")?;
                 Ok(v)
             }
             Err(e) => {
-                let _ = match self {
-                    Sql::Lite(c) => Ok(c.execute_batch(rollback)?),
-                    Sql::Pg(c) => c.rollback(),
-                };
+                let _ = self.rollback();
                 Err(e)
             }
+        }
+    }
+
+    /// Ends the open transaction undone (on PostgreSQL, dropping what was still queued for it).
+    pub fn rollback(self) -> Result<(), ApiError> {
+        match self {
+            Sql::Lite(c) => Ok(c.execute_batch("ROLLBACK")?),
+            Sql::Pg(c) => c.rollback(),
         }
     }
 

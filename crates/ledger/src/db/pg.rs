@@ -7,7 +7,7 @@ use super::pool::Lease;
 use super::schema::migrate_sql;
 use super::{Budget, Writer, run_caught};
 use crate::errors::{ApiError, LedgerError, StoreError};
-use crate::sql::{ConnectError, PgConn, Sql};
+use crate::sql::{PgConn, Sql};
 use metabob_process::guard::redact_url_credentials;
 
 /// How long opening a PostgreSQL connection may take before the ledger says it cannot.
@@ -25,12 +25,7 @@ pub(super) fn open_pg(url: &str) -> Result<PgConn, LedgerError> {
         config.connect_timeout(PG_CONNECT_TIMEOUT);
     }
     config.application_name("metabob-ledger");
-    PgConn::connect(&config).map_err(|e| {
-        fail(match e {
-            ConnectError::Runtime(e) => StoreError::Runtime(e),
-            ConnectError::Pg(e) => StoreError::Connect(e),
-        })
-    })
+    PgConn::connect(&config).map_err(fail)
 }
 
 /// Connections a replica writes through on PostgreSQL. Each write is its own transaction, and

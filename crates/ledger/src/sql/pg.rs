@@ -19,13 +19,16 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Statement};
 
 use super::{Arg, Row};
-use crate::errors::ApiError;
+use crate::errors::{ApiError, StoreError};
 
-/// Statements one connection keeps prepared; past this the cache starts over (searches build
+/// Statement texts one connection keeps prepared; past this the cache starts over (searches build
 /// their text from the query's shape, so the set of texts is bounded but large).
 const MAX_PREPARED: usize = 512;
 
 type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + 'a>>;
+/// Prepared statements by text, then by the kinds of their parameters (a null binds as its
+/// column's kind, so one text may be prepared for more than one).
+type Prepared = HashMap<String, Vec<(Vec<Type>, Statement)>>;
 type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
 
 /// What reads and writes the socket: the connection's half of tokio-postgres, polled by
@@ -59,21 +62,21 @@ impl Queued {
 pub struct PgConn {
     client: Client,
     io: RefCell<Io>,
-    prepared: RefCell<HashMap<(String, Vec<Type>), Statement>>,
+    prepared: RefCell<Prepared>,
     queued: RefCell<Vec<Queued>>,
 }
 
 impl PgConn {
     /// Connects with `config`; the connection's I/O runs on a runtime of its own, on the calling
     /// thread, as the synchronous client does.
-    pub fn connect(config: &tokio_postgres::Config) -> Result<PgConn, ConnectError> {
+    pub fn connect(config: &tokio_postgres::Config) -> Result<PgConn, StoreError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(ConnectError::Runtime)?;
+            .map_err(StoreError::Runtime)?;
         let (client, connection) = runtime
             .block_on(config.connect(tokio_postgres::NoTls))
-            .map_err(ConnectError::Pg)?;
+            .map_err(StoreError::Connect)?;
         Ok(PgConn {
             client,
             io: RefCell::new(Io {
@@ -158,21 +161,30 @@ impl PgConn {
     }
 
     pub(super) fn statement(&self, sql: &str, args: &[Arg]) -> Result<Statement, ApiError> {
-        let types: Vec<Type> = args.iter().map(Arg::pg_type).collect();
-        let key = (sql.to_string(), types);
-        if let Some(s) = self.prepared.borrow().get(&key) {
+        // Looked up by the borrowed text: a statement run again allocates nothing to find itself.
+        let same = |types: &[Type]| types.iter().cloned().eq(args.iter().map(Arg::pg_type));
+        if let Some((_, s)) = self
+            .prepared
+            .borrow()
+            .get(sql)
+            .and_then(|kinds| kinds.iter().find(|(types, _)| same(types)))
+        {
             return Ok(s.clone());
         }
+        let types: Vec<Type> = args.iter().map(Arg::pg_type).collect();
         // Preparing reads nothing the queued statements write, so they keep waiting.
         let stmt = self.drive(
             self.client
-                .prepare_typed(&super::dollar_placeholders(sql), &key.1),
+                .prepare_typed(&super::dollar_placeholders(sql), &types),
         )?;
         let mut cache = self.prepared.borrow_mut();
         if cache.len() >= MAX_PREPARED {
             cache.clear();
         }
-        cache.insert(key, stmt.clone());
+        cache
+            .entry(sql.to_string())
+            .or_default()
+            .push((types, stmt.clone()));
         Ok(stmt)
     }
 
@@ -251,12 +263,4 @@ impl PgConn {
 
 fn params(args: &[Arg]) -> Vec<&(dyn ToSql + Sync)> {
     args.iter().map(Arg::pg).collect()
-}
-
-/// Why a connection could not be opened.
-#[derive(Debug)]
-pub enum ConnectError {
-    /// The connection's own I/O runtime could not start (out of threads or file descriptors).
-    Runtime(std::io::Error),
-    Pg(tokio_postgres::Error),
 }
