@@ -11,6 +11,12 @@ use metabob_mcp::commands::{self, Cli};
 use metabob_mcp::error::Exit;
 use metabob_process::env::Env;
 
+// The ledger's writer thread frees what the runtime's workers allocated for each request; with
+// glibc's allocator those frees took the workers' arena locks, and malloc and its lock waits were
+// about a fifth of a ledger write's CPU (docs/benchmarks.md, issue 44's fifth round).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -261,3 +261,14 @@ async fn a_batchs_concepts_reach_the_full_text_index_at_its_commit_and_an_undone
     })
     .unwrap();
 }
+
+#[test]
+fn the_writer_checkpoints_the_wal_at_its_own_cadence_not_sqlites_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&sqlite(&dir), 1).unwrap();
+    let pages = db
+        .with_writer(|w| w.sql().value::<i64>("PRAGMA wal_autocheckpoint", &[]))
+        .unwrap();
+    assert_eq!(pages, sqlite::WAL_CHECKPOINT_PAGES);
+    assert_ne!(pages, 1000, "SQLite's default");
+}
