@@ -16,11 +16,11 @@ pub const DB_FILE: &str = "ledger.db";
 /// SQLite's files beside `ledger.db` while it is open in WAL mode.
 pub(super) const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
 
-/// Opens (creating when missing) `<data>/ledger.db` with the settings every connection needs.
-/// WAL pages after which a commit copies the WAL back into `ledger.db` (anchor:
-/// WAL_CHECKPOINT_PAGES): about 40 MB of WAL at SQLite's 4 KiB pages.
+/// WAL pages after which a commit copies the WAL back into `ledger.db`: about 40 MB of WAL at
+/// SQLite's 4 KiB pages (anchor: WAL_CHECKPOINT_PAGES).
 pub const WAL_CHECKPOINT_PAGES: i64 = 10_000;
 
+/// Opens (creating when missing) `<data>/ledger.db` with the settings every connection needs.
 /// The directory and the files are this user's alone (SPEC.md §Storage): see [`make_private`].
 // anchor: open-connection
 pub fn open_connection(data: &Path) -> Result<Connection, LedgerError> {
