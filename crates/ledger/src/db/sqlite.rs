@@ -17,7 +17,10 @@ pub const DB_FILE: &str = "ledger.db";
 pub(super) const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
 
 /// WAL pages after which a commit copies the WAL back into `ledger.db`: about 40 MB of WAL at
-/// SQLite's 4 KiB pages (anchor: WAL_CHECKPOINT_PAGES).
+/// SQLite's 4 KiB pages, ten times SQLite's default. A checkpoint copies each page once however
+/// often it was written since the last, and nearly every commit rewrites the same hot pages (each
+/// table's and index's last leaf, the full-text segments), so they are copied a tenth as often
+/// (anchor: WAL_CHECKPOINT_PAGES).
 pub const WAL_CHECKPOINT_PAGES: i64 = 10_000;
 
 /// Opens (creating when missing) `<data>/ledger.db` with the settings every connection needs.
@@ -42,10 +45,6 @@ pub fn open_connection(data: &Path) -> Result<Connection, LedgerError> {
         .map_err(wrap)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(wrap)?;
-    // A checkpoint copies each page the WAL holds back into the file once, however often it was
-    // written since the last one; the writer's hot pages (the tables' and indexes' last leaves,
-    // the full-text segments) are rewritten by nearly every commit, so checkpointing a tenth as
-    // often copies them a tenth as often. SQLite's default is 1,000 pages.
     conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
         .map_err(wrap)?;
     migrate(&conn).map_err(|e| LedgerError::Store {
