@@ -7,7 +7,7 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::sql::{Sql, args};
-use metabob_process::random::random_hex;
+use metabob_process::random::time_ordered_hex;
 use metabob_wire::finding::FINDING_SHAPE;
 use metabob_wire::header::Header;
 use metabob_wire::repo_path::check_repo_path;
@@ -136,7 +136,7 @@ impl CreateConcept {
         known: Option<crate::open_tasks::Known<'_>>,
     ) -> Result<Value, ApiError> {
         self.check_size()?;
-        let id = format!("concept_{}", random_hex(12));
+        let id = format!("concept_{}", time_ordered_hex(now));
         // The concept as stored comes back with the insert: no second statement reads it.
         let concept = conn
             .query_opt(

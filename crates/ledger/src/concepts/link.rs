@@ -10,7 +10,7 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::sql::args;
-use metabob_process::random::random_hex;
+use metabob_process::random::time_ordered_hex;
 
 pub struct Link {
     from: String,
@@ -47,7 +47,7 @@ impl Link {
     }
 
     fn insert(&self, tx: crate::sql::Sql<'_>, org: &str, now: i64) -> Result<String, ApiError> {
-        let id = format!("edge_{}", random_hex(12));
+        let id = format!("edge_{}", time_ordered_hex(now));
         tx.execute_deferred(
             "INSERT INTO edges (id, org_id, from_id, to_id, edge_type, weight, traversal_count, description,
                                 created_at, updated_at, client_claim)

@@ -8,7 +8,7 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::sql::{Row, Sql, args, json_text};
-use metabob_process::random::random_hex;
+use metabob_process::random::time_ordered_hex;
 use metabob_wire::finding::plain_concept_id;
 use metabob_wire::text::rfc3339_ms;
 
@@ -112,7 +112,7 @@ impl RecordUsage {
         if counted == 0 {
             return Ok(None);
         }
-        let id = format!("usage_{}", random_hex(12));
+        let id = format!("usage_{}", time_ordered_hex(now));
         tx.execute_deferred(
             &format!("INSERT INTO usage (org_id, {USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
             args![org, id, self.concept_id, self.outcome, self.trace_id, self.activity_id, self.task_id, now, self.claim],

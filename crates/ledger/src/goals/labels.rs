@@ -10,7 +10,7 @@ use crate::db::Writer;
 use crate::errors::ApiError;
 use crate::input::Fields;
 use crate::resolve::Answer;
-use metabob_process::random::random_hex;
+use metabob_process::random::time_ordered_hex;
 use metabob_wire::fields::field_rule;
 use metabob_wire::text::rfc3339_ms;
 
@@ -85,7 +85,7 @@ impl LabelRequest {
                 "no such dispatch in this key's org; no label was written",
             ));
         }
-        let id = format!("label_{}", random_hex(12));
+        let id = format!("label_{}", time_ordered_hex(now));
         store::insert_label(
             tx,
             org,
