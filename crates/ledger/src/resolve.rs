@@ -227,6 +227,9 @@ pub async fn dispatch(
         "vesselCapability" => ok(ledger.capability(p.req_str("shape")?)),
         "conceptSearch" => {
             let req = Search::parse(&p)?;
+            if req.reads_text() {
+                ledger.db.index_text(budget).await?;
+            }
             ok(ledger
                 .db
                 .read(&key.org_id, budget, move |c| req.run(c, &org))

@@ -80,6 +80,11 @@ impl Search {
         })
     }
 
+    /// Whether the search matches text, which on SQLite reads the full-text index.
+    pub fn reads_text(&self) -> bool {
+        self.query.is_some()
+    }
+
     // anchor: concept-search
     pub fn run(self, conn: Sql<'_>, org: &str) -> Result<Value, ApiError> {
         let mode = if self.query.is_some() {

@@ -155,9 +155,8 @@ fn commit_batch(lw: &mut LiteWriter, batch: Vec<Box<dyn Job>>) -> Option<usize> 
             job.answer(None);
         }
     }
-    // The batch's concepts reach the full-text index in one flush, not one per savepoint.
-    let commit =
-        super::schema::fts_catch_up(&lw.conn).and_then(|()| lw.conn.execute_batch("COMMIT"));
+    let commit = super::schema::fts_catch_up(&lw.conn, super::schema::FTS_LAG_ROWS)
+        .and_then(|()| lw.conn.execute_batch("COMMIT"));
     let failed = match commit {
         Ok(()) => None,
         Err(e) => {

@@ -351,6 +351,21 @@ impl Db {
         rx.await.map_err(|_| writer_stopped())?
     }
 
+    /// Brings SQLite's full-text index up to every committed concept, through the writer, so a
+    /// text search run after it misses no concept written before it (anchor: index-text):
+    /// group commits leave up to [`schema::FTS_LAG_ROWS`] of the newest out. PostgreSQL's
+    /// `tsvector` is written with its row: nothing to do.
+    pub async fn index_text(&self, budget: Budget) -> Result<(), ApiError> {
+        if let Backend::Pg { .. } = self.0.backend {
+            return Ok(());
+        }
+        self.write_uncounted(budget, |w| match w.sql() {
+            Sql::Lite(conn) => Ok(schema::fts_catch_up(conn, 1)?),
+            Sql::Pg(_) => Ok(()),
+        })
+        .await
+    }
+
     /// Runs `f` for `org` with a reading connection from the pool, on the blocking pool, within
     /// `budget`: waiting past the deadline for the org's share of the pool or for a free
     /// connection, or work still running at it, answers `request_budget_exceeded`.
@@ -446,7 +461,7 @@ impl Db {
                         last_ms,
                         clock: None,
                     })?;
-                    schema::fts_catch_up(conn)?;
+                    schema::fts_catch_up(conn, 1)?;
                     Ok(out)
                 })
             }
