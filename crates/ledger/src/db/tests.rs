@@ -217,6 +217,28 @@ fn insert_concept(
     }
 }
 
+/// A fresh SQLite store holding the org `org_a`.
+fn with_org_a(dir: &tempfile::TempDir) -> Db {
+    let db = Db::open(&sqlite(dir), 1).unwrap();
+    db.with_writer(|w| {
+        w.sql()
+            .execute("INSERT INTO orgs VALUES ('org_a', 'a', 0)", &[])
+    })
+    .unwrap();
+    db
+}
+
+/// FTS5's own check that its index matches the concepts. It runs before `with_writer` adds what
+/// the index lacks, so the index must already be whole: an earlier `with_writer` leaves it so.
+fn check_text_index(db: &Db) {
+    db.with_writer(|w| {
+        w.sql().execute_batch(
+            "INSERT INTO concepts_fts (concepts_fts, rank) VALUES ('integrity-check', 1)",
+        )
+    })
+    .unwrap();
+}
+
 /// The concepts of org_a whose summary the full-text index finds for `words`, in write order.
 async fn indexed(db: &Db, words: &'static str) -> Vec<String> {
     db.read("org_a", Budget::start(60_000), move |c| {
@@ -234,12 +256,7 @@ async fn indexed(db: &Db, words: &'static str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batchs_concepts_reach_the_full_text_index_before_a_search_and_an_undone_ones_never() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(&sqlite(&dir), 1).unwrap();
-    db.with_writer(|w| {
-        w.sql()
-            .execute("INSERT INTO orgs VALUES ('org_a', 'a', 0)", &[])
-    })
-    .unwrap();
+    let db = with_org_a(&dir);
     let (holder, release_tx) = hold_writer(&db).await;
     let writes = [
         queue_write(&db, 60_000, insert_concept("alpha", false)).await,
@@ -261,24 +278,14 @@ async fn a_batchs_concepts_reach_the_full_text_index_before_a_search_and_an_undo
     // Startup's writer (the key commands' way) keeps the index whole.
     db.with_writer(insert_concept("delta", false)).unwrap();
     assert_eq!(indexed(&db, words).await, ["alpha", "gamma", "delta"]);
-    db.with_writer(|w| {
-        w.sql().execute_batch(
-            "INSERT INTO concepts_fts (concepts_fts, rank) VALUES ('integrity-check', 1)",
-        )
-    })
-    .unwrap();
+    check_text_index(&db);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_commits_index_text_once_fts_lag_rows_concepts_wait_and_a_clean_stop_indexes_the_rest()
  {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(&sqlite(&dir), 1).unwrap();
-    db.with_writer(|w| {
-        w.sql()
-            .execute("INSERT INTO orgs VALUES ('org_a', 'a', 0)", &[])
-    })
-    .unwrap();
+    let db = with_org_a(&dir);
     let write = |n: i64| {
         let db = db.clone();
         async move {
@@ -326,12 +333,7 @@ async fn group_commits_index_text_once_fts_lag_rows_concepts_wait_and_a_clean_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_concept_the_index_lags_behind_leaves_the_index_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(&sqlite(&dir), 1).unwrap();
-    db.with_writer(|w| {
-        w.sql()
-            .execute("INSERT INTO orgs VALUES ('org_a', 'a', 0)", &[])
-    })
-    .unwrap();
+    let db = with_org_a(&dir);
     db.write(Budget::start(60_000), insert_concept("alpha", false))
         .await
         .unwrap();
@@ -347,13 +349,7 @@ async fn deleting_a_concept_the_index_lags_behind_leaves_the_index_whole() {
             .execute_batch("DELETE FROM concepts WHERE id IN ('alpha', 'beta')")
     })
     .unwrap();
-    // The check compares the index with the concepts: the writer above brought it up to date.
-    db.with_writer(|w| {
-        w.sql().execute_batch(
-            "INSERT INTO concepts_fts (concepts_fts, rank) VALUES ('integrity-check', 1)",
-        )
-    })
-    .unwrap();
+    check_text_index(&db);
     assert_eq!(indexed(&db, "alpha OR beta OR gamma").await, ["gamma"]);
 }
 
