@@ -282,8 +282,7 @@ async fn a_batchs_concepts_reach_the_full_text_index_before_a_search_and_an_undo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_commits_index_text_once_fts_lag_rows_concepts_wait_and_a_clean_stop_indexes_the_rest()
- {
+async fn the_index_catches_up_every_fts_lag_rows_concepts_and_at_a_clean_stop() {
     let dir = tempfile::tempdir().unwrap();
     let db = with_org_a(&dir);
     let write = |n: i64| {
