@@ -273,6 +273,14 @@ async fn a_batchs_concepts_reach_the_full_text_index_before_a_search_and_an_undo
     let words = "alpha OR beta OR gamma OR delta";
     // Committed and acknowledged, not yet indexed: fewer than FTS_LAG_ROWS are behind.
     assert!(indexed(&db, words).await.is_empty());
+    // A lag is no damage: the check a backup and a restore run passes.
+    let check: String = db
+        .read("org_a", Budget::start(60_000), |c| {
+            c.value("PRAGMA integrity_check", &[])
+        })
+        .await
+        .unwrap();
+    assert_eq!(check, "ok");
     db.index_text(Budget::start(60_000)).await.unwrap();
     assert_eq!(indexed(&db, words).await, ["alpha", "gamma"]);
     // Startup's writer (the key commands' way) keeps the index whole.
