@@ -359,9 +359,11 @@ impl Db {
         if let Backend::Pg { .. } = self.0.backend {
             return Ok(());
         }
-        self.write_uncounted(budget, |w| match w.sql() {
-            Sql::Lite(conn) => Ok(schema::fts_catch_up(conn, 1)?),
-            Sql::Pg(_) => Ok(()),
+        self.write_uncounted(budget, |w| {
+            if let Sql::Lite(conn) = w.sql() {
+                schema::fts_catch_up(conn, 1)?;
+            }
+            Ok(())
         })
         .await
     }

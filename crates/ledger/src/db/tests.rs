@@ -203,12 +203,21 @@ fn insert_concept(
     word: &'static str,
     fail: bool,
 ) -> impl FnMut(&mut Writer<'_>) -> Result<(), ApiError> {
+    insert_concept_as(word.to_string(), word, fail)
+}
+
+/// A note in org_a with id `id` whose summary is `word`; a failing one fails after its insert.
+fn insert_concept_as(
+    id: String,
+    word: &'static str,
+    fail: bool,
+) -> impl FnMut(&mut Writer<'_>) -> Result<(), ApiError> {
     move |w| {
         w.sql().execute(
             "INSERT INTO concepts (id, org_id, shape, source_type, summary, content, pointer,
                                    priority, created_at, updated_at)
-               VALUES (?1, 'org_a', 'note', 'test', ?1, 'text', '{}', 0.5, 0, 0)",
-            args![word],
+               VALUES (?1, 'org_a', 'note', 'test', ?2, 'text', '{}', 0.5, 0, 0)",
+            args![id, word],
         )?;
         if fail {
             return Err(ApiError::bad("this write fails after its insert"));
@@ -296,16 +305,8 @@ async fn the_index_catches_up_every_fts_lag_rows_concepts_and_at_a_clean_stop() 
     let write = |n: i64| {
         let db = db.clone();
         async move {
-            db.write(Budget::start(60_000), move |w| {
-                w.sql().execute(
-                    "INSERT INTO concepts (id, org_id, shape, source_type, summary, content,
-                                           pointer, priority, created_at, updated_at)
-                       VALUES ('c' || ?1, 'org_a', 'note', 'test', 'lagging', 'text', '{}', 0.5, 0, 0)",
-                    args![n],
-                )
-            })
-            .await
-            .unwrap();
+            let note = insert_concept_as(format!("c{n}"), "lagging", false);
+            db.write(Budget::start(60_000), note).await.unwrap();
         }
     };
     let count = |db: &Db| {
