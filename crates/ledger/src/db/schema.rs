@@ -358,6 +358,35 @@ mod tests {
     }
 
     #[test]
+    fn a_version_11_file_loses_the_org_index_and_a_search_of_every_shape_reads_the_rank_index() {
+        let (_dir, conn) = migrated_from(11, &a_finding("concept_f", "s", "c"));
+        let sql = Sql::Lite(&conn);
+        let org_index: i64 = sql
+            .value(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'concepts_by_org'",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(org_index, 0);
+        let plan = |query: &str| crate::test_support::query_plan(sql, query, args!["org_a"]);
+        assert_eq!(
+            plan("SELECT count(*) FROM concepts c WHERE c.org_id = ?1"),
+            ["SEARCH c USING COVERING INDEX concepts_by_rank (org_id=?)"]
+        );
+        assert_eq!(
+            plan(&format!(
+                "SELECT c.seq, c.content FROM concepts c WHERE c.org_id = ?1
+                 ORDER BY {} DESC, c.seq DESC LIMIT 20",
+                crate::concepts::RELEVANCE_SQL
+            )),
+            [
+                "SEARCH c USING INDEX concepts_by_rank (org_id=?)",
+                "USE TEMP B-TREE FOR ORDER BY"
+            ]
+        );
+    }
+
+    #[test]
     fn a_version_7_file_files_its_open_tasks_under_their_repository_keys() {
         let (_dir, conn) = migrated_from(
             7,
